@@ -1,0 +1,82 @@
+#pragma once
+// strata: data-parallel training where strategy, device, precision and accumulation are
+// compile-time policy types. This umbrella header includes every layer and brings the
+// user-facing names into namespace strata.
+
+#include "strata/comm.hpp"
+#include "strata/core.hpp"
+#include "strata/data.hpp"
+#include "strata/nn.hpp"
+#include "strata/optim.hpp"
+#include "strata/policy.hpp"
+#include "strata/strategy.hpp"
+#include "strata/train.hpp"
+
+namespace strata {
+
+// Policies
+using policy::BucketBytes;
+using policy::CentralStorage;
+using policy::Compress;
+using policy::Cpu;
+using policy::Cuda;
+using policy::DynamicLossScale;
+using policy::FullPrecision;
+using policy::GradAccum;
+using policy::Mirrored;
+using policy::MixedPrecision;
+using policy::MixedPrecisionFp16;
+using policy::MultiWorkerMirrored;
+using policy::NoLossScale;
+using policy::OneDevice;
+using policy::ParameterServer;
+using policy::Precision;
+using policy::StaticLossScale;
+
+template <class... Policies>
+using Trainer = train::BasicTrainer<policy::Config<Policies...>>;
+template <class... Policies>
+using Strategy = strategy::BasicStrategy<policy::Config<Policies...>>;
+
+// Models
+using nn::Accuracy;
+using nn::Dense;
+using nn::Dropout;
+using nn::Gelu;
+using nn::GlorotUniform;
+using nn::HeUniform;
+using nn::MeanSquaredError;
+using nn::Relu;
+using nn::Sequential;
+using nn::SoftmaxCrossEntropy;
+using nn::Tanh;
+
+// Optimizers
+using optim::Adam;
+using optim::AdamW;
+using optim::Sgd;
+
+// Custom loops
+using comm::ReduceOp;
+using strategy::DistributedBatch;
+using strategy::PerReplica;
+using strategy::ReplicaContext;
+using strategy::Shard;
+
+// Training
+using train::BatchLogs;
+using train::CsvLogger;
+using train::EarlyStopping;
+using train::EpochLogs;
+using train::Evaluation;
+using train::FitOptions;
+using train::History;
+using train::ProgressBar;
+using train::TrainBegin;
+
+// Data
+using data::Batch;
+using data::BatchedDataset;
+using data::Dataset;
+
+}  // namespace strata

@@ -1,0 +1,65 @@
+#pragma once
+// 16-bit floating-point storage types. They store 16 bits and convert to and from float;
+// arithmetic happens in float registers (see docs/precision.md once mixed precision lands).
+
+#include <bit>
+#include <cstdint>
+
+namespace strata {
+
+// bfloat16: float's exponent, 7 mantissa bits. Conversion rounds to nearest even; NaN stays NaN.
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  bf16() = default;
+  explicit bf16(float value) : bits(from_float(value)) {}
+  explicit operator float() const { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
+
+  static std::uint16_t from_float(float value) {
+    std::uint32_t u = std::bit_cast<std::uint32_t>(value);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<std::uint16_t>(u >> 16);
+  }
+};
+
+// IEEE binary16: 5 exponent bits, 10 mantissa bits, max 65504. Rounds to nearest even.
+struct fp16 {
+  std::uint16_t bits = 0;
+
+  fp16() = default;
+  explicit fp16(float value) : bits(from_float(value)) {}
+  explicit operator float() const { return to_float(bits); }
+
+  static std::uint16_t from_float(float value) {
+    std::uint32_t const u = std::bit_cast<std::uint32_t>(value);
+    std::uint32_t const sign = (u >> 16) & 0x8000u;
+    std::uint32_t const magnitude = u & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);      // NaN
+    if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);     // overflow to inf
+    if (magnitude < 0x38800000u) {                                                       // subnormal or zero
+      float const scaled = std::bit_cast<float>(magnitude) * 16777216.0f;               // * 2^24
+      auto const m = static_cast<std::uint32_t>(__builtin_nearbyintf(scaled));
+      return static_cast<std::uint16_t>(sign | m);
+    }
+    std::uint32_t r = magnitude - 0x38000000u;  // rebias exponent 127 -> 15
+    r += 0xfffu + ((r >> 13) & 1u);
+    return static_cast<std::uint16_t>(sign | (r >> 13));
+  }
+
+  static float to_float(std::uint16_t h) {
+    std::uint32_t const sign = std::uint32_t{h & 0x8000u} << 16;
+    std::uint32_t const exponent = (h >> 10) & 0x1fu;
+    std::uint32_t const mantissa = h & 0x3ffu;
+    if (exponent == 0) {
+      float const value = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // * 2^-24
+      return sign ? -value : value;
+    }
+    if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  }
+};
+
+static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2, "16-bit types must really be 16 bits");
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+#pragma once
+// strata's exceptions. Every message names the offending value and, where there is one, the fix.
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace strata {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(std::string const& message) : std::runtime_error(message) {}
+};
+
+// A tensor or dataset whose shape does not fit the model ("Dense<784,256>: input has 783 features").
+class ShapeError : public Error {
+  using Error::Error;
+};
+// Values that are out of range: a label outside the class range, an empty dataset.
+class DataError : public Error {
+  using Error::Error;
+};
+// A file that is missing, unreadable, truncated or malformed; the message has the path and byte offset.
+class IoError : public Error {
+  using Error::Error;
+};
+// A run-time configuration that cannot work: a global batch smaller than the number of replicas.
+class ConfigError : public Error {
+  using Error::Error;
+};
+// A collective that cannot complete: mismatched sizes between replicas, a replica that failed.
+class CommError : public Error {
+  using Error::Error;
+};
+
+namespace detail {
+// Builds a message from pieces without <format> (g++ 12 lacks it).
+template <class... Parts>
+std::string message(Parts const&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+}  // namespace detail
+
+}  // namespace strata

@@ -1,0 +1,88 @@
+#pragma once
+// Adam and AdamW (Keras' formulation, epsilon outside the bias correction):
+//   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+//   w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + epsilon)
+// AdamW first decays the weight, decoupled from the gradient: w -= lr * weight_decay * w.
+// Weight decay applies to every parameter, biases included, until exclusions land (docs/optimizers.md).
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "strata/core/aligned_buffer.hpp"
+#include "strata/core/error.hpp"
+
+namespace strata::optim {
+
+namespace detail {
+
+struct AdamMoments {
+  AlignedBuffer m;
+  AlignedBuffer v;
+};
+
+inline void check_adam(char const* name, float lr, float beta1, float beta2, float epsilon) {
+  if (!(lr > 0.0f) || !std::isfinite(lr))
+    throw ConfigError(strata::detail::message(name, ": lr ", lr, " must be a positive finite number"));
+  if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+    throw ConfigError(strata::detail::message(name, ": beta1 ", beta1, " and beta2 ", beta2, " must be in [0, 1)"));
+  if (!(epsilon > 0.0f))
+    throw ConfigError(strata::detail::message(name, ": epsilon ", epsilon, " must be positive"));
+}
+
+inline void adam_update(std::span<float> w, std::span<float const> g, AdamMoments& s, std::size_t offset,
+                        std::int64_t step, float lr, float beta1, float beta2, float epsilon, float decay) {
+  double const t = double(step);
+  auto const step_size = float(double(lr) * std::sqrt(1.0 - std::pow(double(beta2), t)) /
+                               (1.0 - std::pow(double(beta1), t)));
+  float const keep = 1.0f - lr * decay;
+  std::size_t const n = w.size();
+  float* __restrict wp = w.data();
+  float const* __restrict gp = g.data();
+  float* __restrict mp = s.m.data() + offset;
+  float* __restrict vp = s.v.data() + offset;
+  for (std::size_t i = 0; i < n; ++i) {
+    mp[i] = beta1 * mp[i] + (1.0f - beta1) * gp[i];
+    vp[i] = beta2 * vp[i] + (1.0f - beta2) * gp[i] * gp[i];
+    wp[i] = keep * wp[i] - step_size * mp[i] / (std::sqrt(vp[i]) + epsilon);
+  }
+}
+
+}  // namespace detail
+
+struct Adam {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-7f;
+
+  using State = detail::AdamMoments;
+  void validate() const { detail::check_adam("Adam", lr, beta1, beta2, epsilon); }
+  [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
+  void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, std::int64_t step) const {
+    detail::adam_update(w, g, s, offset, step, lr, beta1, beta2, epsilon, 0.0f);
+  }
+};
+
+struct AdamW {
+  float lr = 1e-3f;
+  float weight_decay = 0.004f;  // Keras' default
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-7f;
+
+  using State = detail::AdamMoments;
+  void validate() const {
+    detail::check_adam("AdamW", lr, beta1, beta2, epsilon);
+    if (!(weight_decay >= 0.0f) || !(lr * weight_decay < 1.0f))
+      throw ConfigError(strata::detail::message("AdamW: weight_decay ", weight_decay,
+                                                " must be >= 0 with lr * weight_decay < 1"));
+  }
+  [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
+  void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, std::int64_t step) const {
+    detail::adam_update(w, g, s, offset, step, lr, beta1, beta2, epsilon, weight_decay);
+  }
+};
+
+}  // namespace strata::optim

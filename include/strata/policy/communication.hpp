@@ -1,0 +1,33 @@
+#pragma once
+// Communication policies: gradient bucket size and wire compression.
+
+#include <cstddef>
+
+#include "strata/policy/slot.hpp"
+
+namespace strata::policy {
+
+// Gradients are all-reduced in buckets of B bytes (PyTorch DDP's default is 25 MiB).
+template <std::size_t B>
+struct BucketBytes {
+  static_assert(B >= 1, "strata::BucketBytes<B>: B must be at least 1 byte");
+  using policy_slot = bucket_slot;
+  static constexpr std::size_t bytes = B;
+};
+
+inline constexpr std::size_t default_bucket_bytes = std::size_t{25} << 20;
+
+// No compression: gradients travel as fp32.
+struct NoCompression {
+  using policy_slot = compression_slot;
+  using wire_type = float;
+};
+
+// Gradients travel as T (bf16 or fp16), reductions still accumulate in fp32.
+template <class T>
+struct Compress {
+  using policy_slot = compression_slot;
+  using wire_type = T;
+};
+
+}  // namespace strata::policy

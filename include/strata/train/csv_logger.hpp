@@ -1,0 +1,48 @@
+#pragma once
+// CsvLogger: one row per epoch (epoch, then every metric of the run) to a CSV file.
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <string>
+
+#include "strata/core/error.hpp"
+#include "strata/train/logs.hpp"
+
+namespace strata::train {
+
+class CsvLogger {
+ public:
+  explicit CsvLogger(std::filesystem::path path, bool append = false) : path_(std::move(path)), append_(append) {}
+
+  void on_train_begin(TrainBegin const&) {
+    bool const had_rows = append_ && std::filesystem::exists(path_) && std::filesystem::file_size(path_) > 0;
+    file_.open(path_, append_ ? std::ios::app : std::ios::trunc);
+    if (!file_) throw IoError(strata::detail::message(path_.string(), ": CsvLogger cannot open the file for writing"));
+    header_written_ = had_rows;
+  }
+
+  void on_epoch_end(EpochLogs const& logs) {
+    auto const names = logs.names();
+    if (!header_written_) {
+      file_ << "epoch";
+      for (auto const& n : names) file_ << ',' << n;
+      file_ << '\n';
+      header_written_ = true;
+    }
+    file_ << logs.epoch << std::setprecision(9);
+    for (auto const& n : names) file_ << ',' << *logs.get(n);
+    file_ << '\n' << std::flush;
+    if (!file_) throw IoError(strata::detail::message(path_.string(), ": CsvLogger failed to write epoch ", logs.epoch));
+  }
+
+  void on_train_end(History const&) { file_.close(); }
+
+ private:
+  std::filesystem::path path_;
+  bool append_;
+  std::ofstream file_;
+  bool header_written_ = false;
+};
+
+}  // namespace strata::train

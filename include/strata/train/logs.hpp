@@ -1,0 +1,94 @@
+#pragma once
+// What training reports: per-batch and per-epoch logs, and the History fit returns.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/core/error.hpp"
+
+namespace strata::train {
+
+// Handed to on_train_begin.
+struct TrainBegin {
+  int epochs = 0;
+  std::int64_t steps_per_epoch = 0;  // global batches per epoch
+  int batch_size = 0;                // global batch size
+  int num_replicas = 0;
+  int accumulation_steps = 0;
+};
+
+// Handed to on_batch_end after every global batch; metrics are running means over the epoch.
+struct BatchLogs {
+  int epoch = 0;                  // 0-based
+  int epochs = 0;
+  std::int64_t step = 0;          // 1-based within the epoch
+  std::int64_t steps = 0;         // batches in the epoch
+  double loss = 0.0;
+  std::optional<double> accuracy{};
+  double seconds = 0.0;           // since the epoch began
+};
+
+// Handed to on_epoch_end.
+struct EpochLogs {
+  int epoch = 0;  // 0-based
+  int epochs = 0;
+  std::int64_t steps = 0;
+  double seconds = 0.0;
+  double loss = 0.0;
+  std::optional<double> accuracy{};
+  std::optional<double> val_loss{};
+  std::optional<double> val_accuracy{};
+
+  // The metric called `name` ("loss", "accuracy", "val_loss", "val_accuracy"), if this run has it.
+  [[nodiscard]] std::optional<double> get(std::string_view name) const {
+    if (name == "loss") return loss;
+    if (name == "accuracy") return accuracy;
+    if (name == "val_loss") return val_loss;
+    if (name == "val_accuracy") return val_accuracy;
+    return std::nullopt;
+  }
+  // The names of the metrics present, in a stable order.
+  [[nodiscard]] std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (char const* n : {"loss", "accuracy", "val_loss", "val_accuracy"})
+      if (get(n)) out.emplace_back(n);
+    return out;
+  }
+};
+
+// Per-epoch metrics, as Keras' History.history: history["val_accuracy"].back().
+class History {
+ public:
+  void append(EpochLogs const& logs) {
+    for (auto const& name : logs.names()) metrics_[name].push_back(*logs.get(name));
+    seconds_.push_back(logs.seconds);
+  }
+  [[nodiscard]] int epochs() const { return int(seconds_.size()); }
+  [[nodiscard]] bool contains(std::string const& name) const { return metrics_.count(name) != 0; }
+  [[nodiscard]] std::vector<double> const& operator[](std::string const& name) const {
+    auto it = metrics_.find(name);
+    if (it == metrics_.end())
+      throw Error(strata::detail::message("History: no metric '", name,
+                                  "' in this run (it has loss, and accuracy/val_* when the loss and data provide them)"));
+    return it->second;
+  }
+  [[nodiscard]] std::map<std::string, std::vector<double>> const& metrics() const { return metrics_; }
+  [[nodiscard]] std::vector<double> const& epoch_seconds() const { return seconds_; }
+
+ private:
+  std::map<std::string, std::vector<double>> metrics_;
+  std::vector<double> seconds_;
+};
+
+// What evaluate returns.
+struct Evaluation {
+  double loss = 0.0;  // mean over samples
+  std::optional<double> accuracy{};
+  std::int64_t samples = 0;
+};
+
+}  // namespace strata::train

@@ -1,0 +1,41 @@
+#pragma once
+// One replica's forward (and backward) pass over its shard: the piece the training step,
+// evaluation and prediction share.
+
+#include <cstdint>
+
+#include "strata/core/backend.hpp"
+#include "strata/nn/layer.hpp"
+#include "strata/nn/loss.hpp"
+#include "strata/strategy/distribute.hpp"
+
+namespace strata::train {
+
+// Loss and accuracy counts of one replica; padded to a cache line so replicas never share one.
+struct alignas(64) Tally {
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+
+  Tally& operator+=(Tally const& other) {
+    loss_sum += other.loss_sum;
+    correct += other.correct;
+    samples += other.samples;
+    return *this;
+  }
+};
+
+// Forward pass over `shard`, then the loss and (for classification) the number of correct
+// predictions. The loss leaves d(sum of losses)/d(output) in the workspace for backward.
+template <class B, class Model, class LossFn>
+Tally forward_shard(Model const& model, typename Model::template Workspace<B>& ws, float const* params,
+                    LossFn const& loss, strategy::Shard const& shard, nn::ForwardContext const& context) {
+  Tally tally;
+  tally.samples = shard.size;
+  model.template forward<B>(ws, params, shard.features, context);
+  tally.loss_sum = loss.template forward_backward<B>(ws.output(), shard.targets, ws.output_gradient(), 1.0f);
+  if constexpr (LossFn::reports_accuracy) tally.correct = B::count_correct(ws.output(), shard.targets);
+  return tally;
+}
+
+}  // namespace strata::train

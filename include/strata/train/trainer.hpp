@@ -1,0 +1,145 @@
+#pragma once
+// Trainer<Ps...>: Keras-style fit / evaluate / predict, generated for one combination of
+// policies. `Trainer<Mirrored<4>, GradAccum<8>>` and `Trainer<GradAccum<8>, Mirrored<4>>`
+// are the same type.
+//
+//   strata::Trainer<strata::Mirrored<2>> trainer;
+//   auto history = trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
+//                              {.epochs = 10, .batch_size = 128, .validation = test}, strata::ProgressBar{});
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "strata/core/error.hpp"
+#include "strata/data/batch.hpp"
+#include "strata/data/dataset.hpp"
+#include "strata/nn/loss.hpp"
+#include "strata/optim/optimizer.hpp"
+#include "strata/policy/config.hpp"
+#include "strata/strategy/strategy.hpp"
+#include "strata/train/callback.hpp"
+#include "strata/train/evaluator.hpp"
+#include "strata/train/logs.hpp"
+#include "strata/train/step_runner.hpp"
+
+namespace strata::train {
+
+struct FitOptions {
+  int epochs = 1;
+  int batch_size = 32;                        // global batch: all replicas together, one micro-batch
+  std::optional<data::Dataset> validation{};  // evaluated after every epoch (val_loss, val_accuracy)
+  bool shuffle = true;                        // a fresh seeded order every epoch
+  std::uint64_t seed = 0;                     // shuffling and dropout
+  int prefetch = 1;                           // shuffled batches gathered ahead on a background thread
+};
+
+// Policies whose code is not written yet are parsed (so the grammar is complete) but
+// rejected when a trainer would have to run them.
+template <class Config>
+constexpr void check_runnable() {
+  static_assert(std::is_same_v<typename Config::precision, policy::FullPrecision>,
+                "strata::Trainer: MixedPrecision, MixedPrecisionFp16 and custom Precision<> are parsed but not "
+                "implemented yet; train with FullPrecision (the default) for now (docs/roadmap.md)");
+  static_assert(std::is_same_v<typename Config::compression, policy::NoCompression>,
+                "strata::Trainer: Compress<T> is parsed but not implemented yet (docs/roadmap.md)");
+}
+
+template <class Config>
+class BasicTrainer {
+ public:
+  using config = Config;
+  using strategy_type = strategy::BasicStrategy<Config>;
+  static constexpr int num_replicas = Config::num_replicas;
+
+  [[nodiscard]] static constexpr int num_replicas_in_sync() { return num_replicas; }
+  [[nodiscard]] strategy_type& strategy() { return strategy_; }
+
+  template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
+  History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
+              FitOptions const& options, Cs&&... callbacks) {
+    check_runnable<Config>();
+    detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
+    if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
+    if (options.batch_size < 1)
+      throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
+    check_data<Model>(loss, train, "fit: the training dataset");
+    if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
+
+    StepRunner<Config, Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed);
+    std::optional<Evaluator<Config, Model>> validator;
+    if (options.validation) validator.emplace(strategy_, model, options.batch_size);
+    data::Dataset const ordered = options.shuffle ? train.shuffle(options.seed) : train;
+    data::BatchedDataset const batches = ordered.batch(options.batch_size).prefetch(options.prefetch);
+
+    History history;
+    TrainBegin const begin{options.epochs, batches.batches_per_epoch(), options.batch_size, num_replicas,
+                           Config::accumulation_steps};
+    hooks.train_begin(begin, callbacks...);
+    bool stop = false;
+    for (int epoch = 0; epoch < options.epochs && !stop; ++epoch) {
+      hooks.epoch_begin(epoch, callbacks...);
+      auto const started = std::chrono::steady_clock::now();
+      auto stream = batches.stream(epoch);
+      Tally epoch_tally;
+      BatchLogs logs{epoch, options.epochs, 0, stream->batches(), 0.0, std::nullopt, 0.0};
+      while (data::Batch const* batch = stream->next()) {
+        epoch_tally += runner.train_on_batch(*batch);
+        logs.step = batch->index + 1;
+        logs.loss = epoch_tally.loss_sum / double(epoch_tally.samples);
+        if constexpr (LossFn::reports_accuracy) logs.accuracy = double(epoch_tally.correct) / double(epoch_tally.samples);
+        logs.seconds = seconds_since(started);
+        if (hooks.batch_end(logs, callbacks...)) {
+          stop = true;
+          break;
+        }
+      }
+      runner.flush();
+      EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
+      if (validator) {
+        Evaluation const v = validator->evaluate(loss, *options.validation);
+        epoch_logs.val_loss = v.loss;
+        epoch_logs.val_accuracy = v.accuracy;
+      }
+      epoch_logs.seconds = seconds_since(started);
+      history.append(epoch_logs);
+      stop |= hooks.epoch_end(epoch_logs, callbacks...);
+    }
+    hooks.train_end(history, callbacks...);
+    return history;
+  }
+
+  // Mean loss (and accuracy for classification) over `data`, distributed over the replicas.
+  template <class Model, nn::Loss LossFn>
+  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
+    check_runnable<Config>();
+    check_data<Model>(loss, data, "evaluate: the dataset");
+    return Evaluator<Config, Model>(strategy_, model, batch_size).evaluate(loss, data);
+  }
+
+  // The model's outputs, output_width x data.size(), in dataset order.
+  template <class Model>
+  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
+    check_runnable<Config>();
+    if (data.empty()) throw DataError("predict: the dataset is empty");
+    return Evaluator<Config, Model>(strategy_, model, batch_size).predict(data);
+  }
+
+ private:
+  template <class Model, class LossFn>
+  static void check_data(LossFn const& loss, data::Dataset const& data, char const* what) {
+    if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
+    Model::check_input_width(data.feature_width());
+    loss.validate(data.targets(), Model::output_width);
+  }
+
+  static double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  strategy_type strategy_;
+};
+
+}  // namespace strata::train

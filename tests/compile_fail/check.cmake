@@ -1,0 +1,17 @@
+# Runs the compiler on SOURCE with -DSTRATA_MUST_FAIL: it must fail, and its output must
+# match every ';'-separated regular expression in EXPECTED.
+separate_arguments(flags UNIX_COMMAND "${FLAGS}")
+string(REPLACE ";" " " flags_line "${FLAGS}")
+separate_arguments(flags UNIX_COMMAND "${flags_line}")
+execute_process(COMMAND ${COMPILER} ${flags} -DSTRATA_MUST_FAIL ${SOURCE}
+                RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(result EQUAL 0)
+  message(FATAL_ERROR "${SOURCE} compiled with STRATA_MUST_FAIL, but must not")
+endif()
+set(text "${out}${err}")
+foreach(pattern ${EXPECTED})
+  if(NOT text MATCHES "${pattern}")
+    message(FATAL_ERROR "compiler output lacks '${pattern}':\n${text}")
+  endif()
+endforeach()
+message(STATUS "failed to compile as expected")

@@ -1,0 +1,7 @@
+#include "strata.hpp"
+#ifdef STRATA_MUST_FAIL
+strata::Strategy<strata::CentralStorage<2>> strategy;
+#else
+strata::Strategy<strata::Mirrored<2>> strategy;
+#endif
+int main() { return strategy.num_replicas_in_sync(); }

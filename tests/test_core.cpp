@@ -1,0 +1,74 @@
+// Core pieces: 16-bit types, randomness, the CPU backend's GEMM against a naive loop.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "strata.hpp"
+
+using namespace strata;
+
+TEST_CASE("bf16 rounds to nearest even and keeps specials") {
+  CHECK(float(bf16(1.0f)) == 1.0f);
+  CHECK(float(bf16(-2.5f)) == -2.5f);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties to even (1).
+  CHECK(float(bf16(1.0f + 1.0f / 256)) == 1.0f);
+  CHECK(float(bf16(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256);
+  CHECK(std::isinf(float(bf16(std::numeric_limits<float>::infinity()))));
+  CHECK(std::isnan(float(bf16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(sizeof(bf16) == 2);
+}
+
+TEST_CASE("fp16 converts exactly where it can, rounds, saturates to inf, keeps subnormals") {
+  for (float v : {0.0f, 1.0f, -1.0f, 0.5f, 65504.0f, 1024.0f, 3.140625f, 6.103515625e-05f, 5.9604644775390625e-08f})
+    CHECK(float(fp16(v)) == v);
+  CHECK(float(fp16(1.0f + 1.0f / 4096)) == 1.0f);  // below half an ulp
+  CHECK(float(fp16(70000.0f)) == std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(float(fp16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(fp16(-0.0f).bits == 0x8000);
+  for (int bits = 0; bits < 0x7c00; bits += 7) {  // every finite positive half round-trips
+    fp16 h;
+    h.bits = std::uint16_t(bits);
+    CHECK(fp16(float(h)).bits == h.bits);
+  }
+}
+
+TEST_CASE("counter-based randomness depends only on its inputs") {
+  CHECK(mix64(1, 2) == mix64(1, 2));
+  CHECK(mix64(1, 2) != mix64(2, 1));
+  Rng a(5), b(5);
+  for (int i = 0; i < 10; ++i) CHECK(a() == b());
+  double sum = 0;
+  Rng c(9);
+  for (int i = 0; i < 10000; ++i) sum += c.uniform();
+  CHECK(sum / 10000 == doctest::Approx(0.5).epsilon(0.02));
+}
+
+TEST_CASE("CpuBackend::gemm matches a naive triple loop for every transpose and beta, and empty inner sizes") {
+  Rng rng(3);
+  auto random = [&](int r, int c) {
+    Matrix m(r, c);
+    for (int i = 0; i < m.size(); ++i) m.data()[i] = rng.uniform() - 0.5f;
+    return m;
+  };
+  for (auto ta : {Transpose::no, Transpose::yes})
+    for (auto tb : {Transpose::no, Transpose::yes})
+      for (float beta : {0.0f, 1.0f, 0.5f}) {
+        int const m = 5, n = 7, k = 3;
+        Matrix a = ta == Transpose::no ? random(m, k) : random(k, m);
+        Matrix b = tb == Transpose::no ? random(k, n) : random(n, k);
+        Matrix c = random(m, n), expected = c;
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < n; ++j) {
+            double s = 0;
+            for (int p = 0; p < k; ++p)
+              s += double(ta == Transpose::no ? a(i, p) : a(p, i)) * double(tb == Transpose::no ? b(p, j) : b(j, p));
+            expected(i, j) = float(2.0 * s + double(beta) * double(c(i, j)));
+          }
+        CpuBackend::gemm(ta, tb, 2.0f, view(a), view(b), beta, view(c));
+        CHECK((c - expected).cwiseAbs().maxCoeff() < 1e-5f);
+      }
+  Matrix a(4, 0), b(0, 3), c = Matrix::Constant(4, 3, 7.0f);
+  CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(a), view(b), 0.0f, view(c));
+  CHECK(c.isZero());
+}

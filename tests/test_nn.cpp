@@ -1,0 +1,131 @@
+// Layers, Sequential, losses: gradients against central differences, closed forms, bad input.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "gradient_check.hpp"
+#include "strata.hpp"
+
+using namespace strata;
+
+namespace {
+Matrix random_matrix(int rows, int cols, std::uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  Matrix m(rows, cols);
+  for (int i = 0; i < m.size(); ++i) m.data()[i] = (2.0f * rng.uniform() - 1.0f) * scale;
+  return m;
+}
+Matrix labels(std::vector<float> values) {
+  Matrix m(1, Eigen::Index(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) m(0, Eigen::Index(i)) = values[i];
+  return m;
+}
+}  // namespace
+
+// Each activation sits between two Dense layers, so the first Dense's parameter gradients
+// check the activation's backward pass too.
+TEST_CASE_TEMPLATE("backward matches central differences", Activation, Relu, Tanh, Gelu) {
+  Sequential<Dense<5, 6>, Activation, Dense<6, 4>> model(11);
+  check_gradients(model, random_matrix(5, 7, 1), labels({0, 1, 2, 3, 0, 1, 2}), SoftmaxCrossEntropy{}, {});
+}
+
+TEST_CASE("Dropout's backward matches central differences under a fixed mask") {
+  Sequential<Dense<5, 8>, Dropout, Dense<8, 3>> model(2, {}, Dropout{0.3f}, {});
+  check_gradients(model, random_matrix(5, 6, 4), labels({0, 1, 2, 0, 1, 2}), SoftmaxCrossEntropy{},
+                  {.training = true, .seed = 99, .first_sample = 0});
+}
+
+TEST_CASE("MeanSquaredError's backward matches central differences") {
+  Sequential<Dense<4, 6, HeUniform>, Tanh, Dense<6, 3>> model(5);
+  check_gradients(model, random_matrix(4, 5, 8), random_matrix(3, 5, 9), MeanSquaredError{}, {});
+}
+
+TEST_CASE("losses agree with closed forms") {
+  Matrix zeros = Matrix::Zero(4, 3), d(4, 3);
+  // Equal logits: the loss is log(C) per sample, the gradient softmax - onehot = 1/C - [label].
+  double const sce = CpuBackend::softmax_cross_entropy(view(zeros), view(labels({0, 3, 1})), view(d), 1.0f);
+  CHECK(sce == doctest::Approx(3 * std::log(4.0)));
+  CHECK(d(0, 0) == doctest::Approx(0.25 - 1.0));
+  CHECK(d(1, 0) == doctest::Approx(0.25));
+  Matrix prediction(2, 2), target(2, 2), dp(2, 2);
+  prediction << 1, 2, 3, 4;
+  target << 0, 2, 1, 1;
+  // Per sample: mean over the 2 features of the squared error; sample 0: (1 + 4)/2, sample 1: (0 + 9)/2.
+  CHECK(CpuBackend::mean_squared_error(view(prediction), view(target), view(dp), 1.0f) == doctest::Approx(7.0));
+  CHECK(dp(1, 1) == doctest::Approx(3.0));  // 2 * (4 - 1) / 2
+  Matrix logits(3, 2);
+  logits << 0.1f, 5, 2, 1, 0, 0;
+  CHECK(CpuBackend::count_correct(view(logits), view(labels({1, 2}))) == 1);
+}
+
+TEST_CASE("Dropout at inference is the identity, in training it keeps about 1-rate, scaled") {
+  Sequential<Dense<4, 400>, Dropout> model(1, {}, Dropout{0.25f});
+  Sequential<Dense<4, 400>, Dropout>::Workspace<CpuBackend> ws(50);
+  Matrix x = random_matrix(4, 50, 3);
+  model.forward(ws, model.parameters().data(), view(x), {});
+  Matrix const plain = detail::eigen(ws.output());
+  model.forward(ws, model.parameters().data(), view(x), {.training = true, .seed = 1, .first_sample = 0});
+  Matrix const dropped = detail::eigen(ws.output());
+  auto kept = ((dropped.array() != 0.0f) && (plain.array() != 0.0f)).count();
+  CHECK(double(kept) / double(plain.size()) == doctest::Approx(0.75).epsilon(0.03));
+  for (int i = 0; i < plain.size(); ++i)
+    if (dropped.data()[i] != 0.0f) CHECK(dropped.data()[i] == doctest::Approx(plain.data()[i] / 0.75f));
+  // The mask of a sample depends on its position in the global batch, not on the shard it is in.
+  Sequential<Dense<4, 400>, Dropout>::Workspace<CpuBackend> half(25);
+  model.forward(half, model.parameters().data(), view(x).columns(25, 25),
+                {.training = true, .seed = 1, .first_sample = 25});
+  CHECK(detail::eigen(half.output()) == dropped.rightCols(25));
+}
+
+TEST_CASE("Sequential lays out one aligned arena and reports its shape") {
+  using Model = Sequential<Dense<784, 256>, Relu, Dense<256, 10>>;
+  CHECK(Model::input_width == 784);
+  CHECK(Model::output_width == 10);
+  CHECK(Model::parameter_count == 784 * 256 + 256 + 256 * 10 + 10);
+  CHECK(Model::offsets[1] % cache_line_floats == 0);
+  CHECK(Model::offsets[2] == Model::offsets[1]);  // Relu has no parameters
+  CHECK(Model::arena_size >= Model::parameter_count);
+  Model model(3);
+  CHECK(reinterpret_cast<std::uintptr_t>(model.parameters().data()) % 64 == 0);
+  CHECK(Model::name() == "Sequential<Dense<784, 256>, Relu, Dense<256, 10>>");
+  // Glorot uniform bounds; zero biases.
+  float const limit = std::sqrt(6.0f / (784 + 256));
+  auto w = model.parameters().subspan(0, 784 * 256);
+  CHECK(*std::max_element(w.begin(), w.end()) <= limit);
+  CHECK(*std::min_element(w.begin(), w.end()) >= -limit);
+  CHECK(*std::max_element(w.begin(), w.end()) > 0.9f * limit);
+  CHECK(model.parameters()[784 * 256] == 0.0f);
+  // Same seed, same weights; another seed, other weights.
+  Model same(3), other(4);
+  CHECK(std::equal(same.parameters().begin(), same.parameters().end(), model.parameters().begin()));
+  CHECK_FALSE(std::equal(other.parameters().begin(), other.parameters().end(), model.parameters().begin()));
+}
+
+TEST_CASE("Sequential::predict equals the layers written out by hand") {
+  Sequential<Dense<3, 4>, Relu, Dense<4, 2>> model(8);
+  Matrix x = random_matrix(3, 9, 2);
+  auto p = model.parameters();
+  Eigen::Map<Matrix const> w1(p.data(), 4, 3), w2(p.data() + decltype(model)::offsets[2], 2, 4);
+  Eigen::Map<Vector const> b1(p.data() + 12, 4), b2(p.data() + decltype(model)::offsets[2] + 8, 2);
+  Matrix hidden = ((w1 * x).colwise() + b1).cwiseMax(0.0f);
+  Matrix expected = (w2 * hidden).colwise() + b2;
+  CHECK((model.predict(x, 4) - expected).cwiseAbs().maxCoeff() < 1e-6f);
+}
+
+TEST_CASE("bad input to a model gets a ShapeError or DataError naming the value") {
+  using Model = Sequential<Dense<784, 256>, Relu, Dense<256, 10>>;
+  CHECK_THROWS_WITH_AS(Model::check_input_width(783), "Dense<784, 256>: input has 783 features, the model expects 784",
+                       ShapeError);
+  Model model;
+  CHECK_THROWS_AS((void)model.predict(Matrix::Zero(783, 2)), ShapeError);
+  CHECK_THROWS_WITH_AS(SoftmaxCrossEntropy::validate(view(labels({1, 10, 2})), 10),
+                       "SoftmaxCrossEntropy: label 10 of sample 1 is not a class index in [0, 10); the model's last "
+                       "layer has 10 outputs",
+                       DataError);
+  CHECK_THROWS_AS(SoftmaxCrossEntropy::validate(view(labels({1.5f})), 10), DataError);
+  CHECK_THROWS_AS(SoftmaxCrossEntropy::validate(view(labels({-1})), 10), DataError);
+  CHECK_THROWS_AS(MeanSquaredError::validate(view(Matrix::Zero(2, 3)), 3), ShapeError);
+  Rng rng(1);
+  CHECK_THROWS_WITH_AS(Dropout{1.0f}.initialize(nullptr, 1, rng),
+                       "Dropout: rate 1 is outside [0, 1); use e.g. Dropout{0.2f}", ConfigError);
+}

@@ -1,0 +1,207 @@
+// Trainer: Mirrored<N> against the single-replica oracle, determinism, accumulation,
+// callbacks, evaluation and every bad input of fit.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "strata.hpp"
+#include "temp_dir.hpp"
+
+using namespace strata;
+
+namespace {
+using Model = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
+using PlainModel = Sequential<Dense<784, 32>, Relu, Dense<32, 10>>;
+
+Dataset const& fashion() {
+  static Dataset const data = data::fashion_mnist(data::Split::train).take(610);
+  return data;
+}
+
+template <class T, class M = Model, class O = Sgd>
+std::vector<float> train_weights(int batch_size, O optimizer = Sgd{.lr = 0.05f, .momentum = 0.9f}, int epochs = 1) {
+  M model = [] {
+    if constexpr (std::is_same_v<M, Model>) return M(42, {}, {}, Dropout{0.2f}, {});
+    else return M(42);
+  }();
+  T trainer;
+  trainer.fit(model, optimizer, SoftmaxCrossEntropy{}, fashion(),
+              {.epochs = epochs, .batch_size = batch_size, .seed = 5});
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+double relative_difference(std::vector<float> const& a, std::vector<float> const& b) {
+  Eigen::Map<Vector const> x(a.data(), Eigen::Index(a.size())), y(b.data(), Eigen::Index(b.size()));
+  return double((x - y).norm() / y.norm());
+}
+}  // namespace
+
+// 610 samples at a global batch of 30: 20 full batches and a last one of 10, which 3 and 4
+// replicas cannot split evenly; dropout masks must not depend on the split either.
+TEST_CASE_TEMPLATE("Mirrored<N> matches OneDevice on the same global batches (21 steps)", T, Trainer<Mirrored<2>>,
+                   Trainer<Mirrored<3>>, Trainer<Mirrored<4>>) {
+  auto const reference = train_weights<Trainer<OneDevice>>(30);
+  auto const initial = Model(42).parameters();
+  CHECK(relative_difference(reference, {initial.begin(), initial.end()}) > 1e-2);  // training moved the weights
+  CHECK(relative_difference(train_weights<T>(30), reference) < 1e-5);
+  CHECK(relative_difference(train_weights<T>(30, Adam{.lr = 1e-3f}), train_weights<Trainer<OneDevice>>(30, Adam{.lr = 1e-3f})) < 1e-5);
+}
+
+TEST_CASE("the same run twice gives bitwise-identical weights") {
+  CHECK(train_weights<Trainer<Mirrored<3>>>(30) == train_weights<Trainer<Mirrored<3>>>(30));
+  CHECK(train_weights<Trainer<OneDevice>>(30) == train_weights<Trainer<OneDevice>>(30));
+}
+
+// GradAccum<K> at batch B takes one step per K*B samples: the same steps as one replica at batch K*B
+// (the shuffled order of an epoch does not depend on the batch size). 610 = 10 full groups + a last,
+// partial one, which is applied at the end of the epoch.
+TEST_CASE("GradAccum<K> reproduces a single step on the K-times larger batch") {
+  auto const big = train_weights<Trainer<OneDevice>, PlainModel>(60, Sgd{.lr = 0.05f, .momentum = 0.9f}, 2);
+  CHECK(relative_difference(train_weights<Trainer<GradAccum<2>>, PlainModel>(30, Sgd{.lr = 0.05f, .momentum = 0.9f}, 2), big) < 1e-5);
+  CHECK(relative_difference(train_weights<Trainer<Mirrored<3>, GradAccum<2>>, PlainModel>(30, Sgd{.lr = 0.05f, .momentum = 0.9f}, 2), big) < 1e-5);
+  auto const bigger = train_weights<Trainer<OneDevice>, PlainModel>(240, Adam{}, 1);
+  CHECK(relative_difference(train_weights<Trainer<GradAccum<8>, Mirrored<2>>, PlainModel>(30, Adam{}, 1), bigger) < 1e-5);
+  CHECK(relative_difference(train_weights<Trainer<GradAccum<1>>, PlainModel>(30, Adam{}, 1),
+                            train_weights<Trainer<OneDevice>, PlainModel>(30, Adam{}, 1)) == 0.0);
+}
+
+TEST_CASE("fit learns Fashion-MNIST, fills History, and evaluate/predict agree with it") {
+  auto train = data::fashion_mnist(data::Split::train).take(4000);
+  auto test = data::fashion_mnist(data::Split::test).take(1000);
+  PlainModel model(1);
+  Trainer<Mirrored<2>> trainer;
+  auto history = trainer.fit(model, Adam{.lr = 2e-3f}, SoftmaxCrossEntropy{}, train,
+                             {.epochs = 3, .batch_size = 64, .validation = test});
+  CHECK(history.epochs() == 3);
+  CHECK(history["loss"].size() == 3);
+  CHECK(history["loss"].back() < history["loss"].front());
+  CHECK(history["val_accuracy"].back() > 0.75);
+  CHECK_THROWS_AS((void)history["precision"], Error);
+  auto const evaluation = trainer.evaluate(model, SoftmaxCrossEntropy{}, test, 100);
+  CHECK(evaluation.samples == 1000);
+  CHECK(*evaluation.accuracy == doctest::Approx(history["val_accuracy"].back()).epsilon(1e-9));
+  Matrix const distributed = trainer.predict(model, test, 77);
+  Matrix const single = model.predict(Matrix(detail::eigen(test.features())));
+  CHECK((distributed - single).cwiseAbs().maxCoeff() < 1e-4f);
+}
+
+TEST_CASE("MeanSquaredError regression learns a linear map (closed form y = A x)") {
+  Matrix a(2, 3);
+  a << 1, -2, 0.5, 0, 1, 1;
+  Matrix x = Matrix::Random(3, 512);
+  Dataset data(x, a * x);
+  Sequential<Dense<3, 2>> model(3);
+  Trainer<Mirrored<2>> trainer;
+  auto history = trainer.fit(model, Adam{.lr = 0.05f}, MeanSquaredError{}, data, {.epochs = 60, .batch_size = 64});
+  CHECK_FALSE(history.contains("accuracy"));
+  CHECK(history["loss"].back() < 1e-4);
+  CHECK((Eigen::Map<Matrix const>(model.parameters().data(), 2, 3) - a).cwiseAbs().maxCoeff() < 0.02f);
+}
+
+namespace {
+struct StopAfter {
+  std::int64_t batches;
+  std::int64_t seen = 0;
+  bool on_batch_end(BatchLogs const&) { return ++seen >= batches; }
+};
+struct Recorder {
+  std::vector<std::string> events;
+  void on_train_begin(TrainBegin const& info) { events.push_back("begin " + std::to_string(info.steps_per_epoch)); }
+  void on_epoch_begin(int epoch) { events.push_back("epoch " + std::to_string(epoch)); }
+  void on_epoch_end(EpochLogs const& logs) { events.push_back("end " + std::to_string(logs.steps)); }
+  void on_train_end(History const& h) { events.push_back("done " + std::to_string(h.epochs())); }
+};
+}  // namespace
+
+TEST_CASE("callbacks: hooks are detected, a true return stops training") {
+  auto data = fashion().take(100);
+  PlainModel model;
+  Trainer<Mirrored<2>> trainer;
+  StopAfter stop{3};
+  Recorder recorder;
+  auto history = trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, data, {.epochs = 5, .batch_size = 10}, stop, recorder);
+  CHECK(stop.seen == 3);
+  CHECK(history.epochs() == 1);
+  CHECK(recorder.events == std::vector<std::string>{"begin 10", "epoch 0", "end 3", "done 1"});
+}
+
+TEST_CASE("EarlyStopping stops after `patience` epochs without improvement and names a missing metric") {
+  EarlyStopping early{.monitor = "val_loss", .patience = 1};
+  early.on_train_begin({});
+  auto epoch = [&](int e, double value) {
+    EpochLogs logs{.epoch = e, .loss = 1.0, .val_loss = value};
+    return early.on_epoch_end(logs);
+  };
+  CHECK_FALSE(epoch(0, 1.0));
+  CHECK_FALSE(epoch(1, 0.5));
+  CHECK_FALSE(epoch(2, 0.6));
+  CHECK(epoch(3, 0.55));
+  CHECK(early.stopped_epoch == 3);
+  CHECK(early.best == 0.5);
+  EarlyStopping accuracy{.monitor = "val_accuracy"};
+  accuracy.on_train_begin({});
+  CHECK_FALSE(accuracy.on_epoch_end({.val_accuracy = 0.5}));
+  CHECK(accuracy.on_epoch_end({.val_accuracy = 0.4}));  // accuracies are maximised
+  EarlyStopping missing{.monitor = "val_loss"};
+  CHECK_THROWS_WITH_AS(missing.on_epoch_end({.loss = 1.0}),
+                       doctest::Contains("monitor 'val_loss' is not a metric of this run (it has loss)"), ConfigError);
+  // Inside fit, on a run that stops improving.
+  PlainModel model;
+  Trainer<> trainer;
+  EarlyStopping in_fit{.monitor = "loss", .patience = 0, .min_delta = 10.0};
+  auto h = trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(60), {.epochs = 5, .batch_size = 20}, in_fit);
+  CHECK(h.epochs() == 2);
+}
+
+TEST_CASE("CsvLogger writes a header and one row per epoch; ProgressBar prints Keras-style lines") {
+  TempDir dir;
+  auto path = dir.path / "log.csv";
+  std::ostringstream progress;
+  PlainModel model;
+  Trainer<Mirrored<2>> trainer;
+  trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(60),
+              {.epochs = 2, .batch_size = 20, .validation = fashion().take(20)}, CsvLogger(path),
+              ProgressBar(progress));
+  std::ifstream in(path);
+  std::string header, row0, row1, extra;
+  std::getline(in, header);
+  std::getline(in, row0);
+  std::getline(in, row1);
+  CHECK(header == "epoch,loss,accuracy,val_loss,val_accuracy");
+  CHECK(row0.rfind("0,", 0) == 0);
+  CHECK(row1.rfind("1,", 0) == 0);
+  CHECK_FALSE(std::getline(in, extra));
+  std::string const text = progress.str();
+  CHECK(text.find("Epoch 1/2\n3/3 [==============================] - ") == 0);
+  CHECK(text.find(" - val_accuracy: ") != std::string::npos);
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(20), {.batch_size = 20},
+                              CsvLogger(dir.path / "no" / "such" / "dir.csv")),
+                  IoError);
+}
+
+TEST_CASE("bad input to fit is reported with the value and loses nothing") {
+  PlainModel model(9);
+  std::vector<float> const before(model.parameters().begin(), model.parameters().end());
+  Trainer<Mirrored<4>> trainer;
+  SoftmaxCrossEntropy const loss;
+  auto narrow = Dataset(Matrix::Zero(783, 8), std::vector<std::int32_t>(8, 1));
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Sgd{}, loss, narrow, {.batch_size = 4}),
+                       "Dense<784, 32>: input has 783 features, the model expects 784", ShapeError);
+  auto bad_label = Dataset(Matrix::Zero(784, 8), std::vector<std::int32_t>{0, 1, 2, 3, 10, 5, 6, 7});
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Sgd{}, loss, bad_label, {.batch_size = 4}),
+                       doctest::Contains("label 10 of sample 4 is not a class index in [0, 10)"), DataError);
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Sgd{}, loss, fashion().take(0), {.batch_size = 4}),
+                       "fit: the training dataset is empty; give it at least one sample", DataError);
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Sgd{}, loss, fashion().take(40), {.batch_size = 3}),
+                       doctest::Contains("global batch size 3 is smaller than the 4 replicas in sync"), ConfigError);
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, loss, fashion().take(40), {.epochs = 0, .batch_size = 8}), ConfigError);
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{.lr = 0.0f}, loss, fashion().take(40), {.batch_size = 8}), ConfigError);
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, loss, fashion().take(40), {.batch_size = 8, .validation = bad_label}),
+                  DataError);
+  CHECK_THROWS_AS((void)trainer.evaluate(model, loss, narrow), ShapeError);
+  CHECK_THROWS_AS((void)trainer.predict(model, fashion().take(0)), DataError);
+  CHECK(std::vector<float>(model.parameters().begin(), model.parameters().end()) == before);
+  // A batch that does not divide over the replicas, and a last batch smaller than them, both train.
+  CHECK_NOTHROW(trainer.fit(model, Sgd{}, loss, fashion().take(41), {.batch_size = 6}));
+}

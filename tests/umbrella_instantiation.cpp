@@ -1,0 +1,36 @@
+// Instantiates every public template once, so the warning tests see all of strata's code.
+#include "strata.hpp"
+
+using Model = strata::Sequential<strata::Dense<8, 16, strata::HeUniform>, strata::Relu, strata::Dropout,
+                                 strata::Dense<16, 16>, strata::Tanh, strata::Dense<16, 8>, strata::Gelu,
+                                 strata::Dense<8, 3>>;
+
+template <class Trainer, class Optimizer, class Loss>
+void train_once(strata::Dataset const& data, Optimizer optimizer, Loss loss) {
+  Trainer trainer;
+  Model model(1);
+  strata::CsvLogger csv("/dev/null");
+  trainer.fit(model, optimizer, loss, data, {.epochs = 1, .batch_size = 4, .validation = data}, strata::ProgressBar{},
+              strata::EarlyStopping{.monitor = "loss"}, csv);
+  (void)trainer.evaluate(model, loss, data);
+  (void)trainer.predict(model, data);
+}
+
+int main() {
+  strata::Dataset labels(strata::Matrix::Random(8, 10), std::vector<std::int32_t>(10, 2));
+  strata::Dataset targets(strata::Matrix::Random(8, 10), strata::Matrix::Random(3, 10));
+  train_once<strata::Trainer<>>(labels, strata::Sgd{.momentum = 0.9f, .nesterov = true}, strata::SoftmaxCrossEntropy{});
+  train_once<strata::Trainer<strata::Mirrored<2>, strata::GradAccum<2>>>(labels, strata::Adam{}, strata::SoftmaxCrossEntropy{});
+  train_once<strata::Trainer<strata::Mirrored<3>>>(targets, strata::AdamW{}, strata::MeanSquaredError{});
+
+  strata::Strategy<strata::Mirrored<2>> strategy;
+  for (auto const& batch : strategy.distribute(labels.batch(4))) {
+    auto sizes = strategy.run([](strata::ReplicaContext& ctx, strata::Shard const& shard) {
+      float value = float(shard.size);
+      ctx.all_reduce(std::span<float>(&value, 1), strata::ReduceOp::sum);
+      return value;
+    }, batch);
+    (void)strategy.reduce(strata::ReduceOp::mean, sizes);
+    (void)strategy.gather(sizes);
+  }
+}
