@@ -39,17 +39,25 @@ struct CpuBackend {
                    MatrixView c) {
     auto C = detail::eigen(c);
     int const inner = op_a == Transpose::no ? a.cols : a.rows;
-    if (inner == 0 || c.size() == 0) {  // Eigen's product is undefined for an empty inner dimension
+    if (inner == 0 || c.size() == 0) {  // an empty sum: only the beta * c part remains
       if (beta == 0.0f) C.setZero(); else C *= beta;
       return;
     }
-    if (beta == 0.0f) C.setZero(); else if (beta != 1.0f) C *= beta;
+    // beta == 0 takes Eigen's plain product assignment, exactly what hand-written Eigen code runs.
+    auto product = [&](auto const& A, auto const& B) {
+      if (beta == 0.0f) {
+        C.noalias() = alpha * A * B;
+      } else {
+        if (beta != 1.0f) C *= beta;
+        C.noalias() += alpha * A * B;
+      }
+    };
     auto A = detail::eigen(a);
     auto B = detail::eigen(b);
-    if (op_a == Transpose::no && op_b == Transpose::no) C.noalias() += alpha * A * B;
-    else if (op_a == Transpose::no) C.noalias() += alpha * A * B.transpose();
-    else if (op_b == Transpose::no) C.noalias() += alpha * A.transpose() * B;
-    else C.noalias() += alpha * A.transpose() * B.transpose();
+    if (op_a == Transpose::no && op_b == Transpose::no) product(A, B);
+    else if (op_a == Transpose::no) product(A, B.transpose());
+    else if (op_b == Transpose::no) product(A.transpose(), B);
+    else product(A.transpose(), B.transpose());
   }
 
   static void add_bias(MatrixView y, float const* bias) {

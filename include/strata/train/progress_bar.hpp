@@ -5,6 +5,8 @@
 // elsewhere (logs, pipes) only the finished line of each epoch is printed.
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
