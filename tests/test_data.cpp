@@ -201,6 +201,8 @@ TEST_CASE("take, skip and the dataset checks") {
   CHECK(data.take(4).size() == 4);
   CHECK(data.take(40).size() == 10);
   CHECK(data.skip(40).empty());
+  CHECK(data.skip(40).features().cols == 0);
+  CHECK(Dataset().features().cols == 0);
   CHECK_THROWS_AS(Dataset(Matrix::Zero(2, 3), Matrix::Zero(1, 4)), ShapeError);
   CHECK_THROWS_WITH_AS((void)data.batch(0), "batch: global batch size 0 must be at least 1", ConfigError);
 }

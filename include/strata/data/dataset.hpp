@@ -43,10 +43,11 @@ class Dataset {
   [[nodiscard]] std::optional<std::uint64_t> shuffle_seed() const { return shuffle_seed_; }
 
   // All samples of this view, in storage order.
-  [[nodiscard]] ConstMatrixView features() const { return columns(storage_->features); }
-  [[nodiscard]] ConstMatrixView targets() const { return columns(storage_->targets); }
+  [[nodiscard]] ConstMatrixView features() const { return storage_ ? columns(storage_->features) : ConstMatrixView{}; }
+  [[nodiscard]] ConstMatrixView targets() const { return storage_ ? columns(storage_->targets) : ConstMatrixView{}; }
 
-  // The first n samples / all but the first n (clamped, as tf.data does).
+  // The first n samples / all but the first n in storage order (clamped, as tf.data does);
+  // a shuffle applies to what remains.
   [[nodiscard]] Dataset take(std::size_t n) const {
     Dataset d = *this;
     d.count_ = std::min(n, count_);
@@ -82,6 +83,7 @@ class Dataset {
     return row;
   }
   [[nodiscard]] ConstMatrixView columns(Matrix const& m) const {
+    if (count_ == 0) return {m.data(), int(m.rows()), 0};
     return ConstMatrixView{m.data(), int(m.rows()), int(m.cols())}.columns(int(first_), int(count_));
   }
 
