@@ -43,7 +43,8 @@ double relative_difference(std::vector<float> const& a, std::vector<float> const
 TEST_CASE_TEMPLATE("Mirrored<N> matches OneDevice on the same global batches (21 steps)", T, Trainer<Mirrored<2>>,
                    Trainer<Mirrored<3>>, Trainer<Mirrored<4>>) {
   auto const reference = train_weights<Trainer<OneDevice>>(30);
-  auto const initial = Model(42).parameters();
+  Model const untrained(42);
+  auto const initial = untrained.parameters();
   CHECK(relative_difference(reference, {initial.begin(), initial.end()}) > 1e-2);  // training moved the weights
   CHECK(relative_difference(train_weights<T>(30), reference) < 1e-5);
   CHECK(relative_difference(train_weights<T>(30, Adam{.lr = 1e-3f}), train_weights<Trainer<OneDevice>>(30, Adam{.lr = 1e-3f})) < 1e-5);
