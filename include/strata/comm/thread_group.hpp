@@ -17,16 +17,22 @@
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
 
-#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__x86_64__)
 #include <immintrin.h>
-#define STRATA_CPU_RELAX() _mm_pause()
-#else
-#define STRATA_CPU_RELAX() std::this_thread::yield()
 #endif
 
 namespace strata::comm {
 
 namespace detail {
+// Tells the core we are spinning (frees the sibling hyper-thread, saves power).
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 // Thrown inside a replica that was woken because another replica failed.
 struct GroupAborted {};
 }  // namespace detail
@@ -142,7 +148,7 @@ class ThreadGroup {
   static void wait_until(Ready ready, Atomic& word) {
     for (int i = 0; i < 4096; ++i) {
       if (ready()) return;
-      STRATA_CPU_RELAX();
+      detail::cpu_relax();
     }
     for (;;) {
       auto const value = word.load(std::memory_order_acquire);

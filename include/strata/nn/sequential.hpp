@@ -207,16 +207,12 @@ class Sequential {
     for (int first = 0; first < x.cols(); first += batch_size) {
       int const count = std::min<int>(batch_size, int(x.cols()) - first);
       forward(ws, parameters_.data(), view(x).columns(first, count), ForwardContext{});
-      detail_copy(ws.output(), result, first);
+      result.middleCols(first, count) = strata::detail::eigen(ws.output());
     }
     return result;
   }
 
  private:
-  static void detail_copy(ConstMatrixView from, Matrix& to, int first) {
-    to.middleCols(first, from.cols) = strata::detail::eigen(from);
-  }
-
   template <class F>
   void for_each_layer(F&& f) const {
     [&]<std::size_t... I>(std::index_sequence<I...>) {

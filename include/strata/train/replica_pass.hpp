@@ -7,6 +7,7 @@
 #include "strata/core/backend.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/nn/loss.hpp"
+#include "strata/nn/metric.hpp"
 #include "strata/strategy/distribute.hpp"
 
 namespace strata::train {
@@ -34,7 +35,7 @@ Tally forward_shard(Model const& model, typename Model::template Workspace<B>& w
   tally.samples = shard.size;
   model.template forward<B>(ws, params, shard.features, context);
   tally.loss_sum = loss.template forward_backward<B>(ws.output(), shard.targets, ws.output_gradient(), 1.0f);
-  if constexpr (LossFn::reports_accuracy) tally.correct = B::count_correct(ws.output(), shard.targets);
+  if constexpr (LossFn::reports_accuracy) tally.correct = nn::Accuracy::count_correct<B>(ws.output(), shard.targets);
   return tally;
 }
 
