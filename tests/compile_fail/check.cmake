@@ -1,6 +1,5 @@
 # Runs the compiler on SOURCE with -DSTRATA_MUST_FAIL: it must fail, and its output must
 # match every ';'-separated regular expression in EXPECTED.
-separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 string(REPLACE ";" " " flags_line "${FLAGS}")
 separate_arguments(flags UNIX_COMMAND "${flags_line}")
 execute_process(COMMAND ${COMPILER} ${flags} -DSTRATA_MUST_FAIL ${SOURCE}

@@ -22,6 +22,12 @@ namespace strata {
 
 enum class Transpose { no, yes };
 
+// Whether a label stored as float is a class index in [0, classes): the one test both the
+// up-front dataset check and the per-batch loss use.
+inline bool is_class_index(float value, int classes) {
+  return value >= 0.0f && value < float(classes) && value == std::floor(value);
+}
+
 // What a layer may ask of a backend. Every function works on column-major views whose
 // columns are samples; `cols == 0` (an empty shard) is valid everywhere.
 template <class B>
@@ -159,7 +165,7 @@ struct CpuBackend {
   }
 
   static int checked_label(float value, int classes, int sample) {
-    if (!(value >= 0.0f && value < float(classes)) || value != std::floor(value))
+    if (!is_class_index(value, classes))
       throw DataError(strata::detail::message("SoftmaxCrossEntropy: label ", value, " of sample ", sample,
                                       " in this batch is not a class index in [0, ", classes, ")"));
     return int(value);

@@ -43,7 +43,7 @@ struct SoftmaxCrossEntropy {
                                                " rows per sample; give one integer class label per sample"));
     for (std::size_t i = 0; i < labels.size(); ++i) {
       float const v = labels.data[i];
-      if (!(v >= 0.0f && v < float(classes)) || v != std::floor(v))
+      if (!is_class_index(v, classes))
         throw DataError(strata::detail::message("SoftmaxCrossEntropy: label ", v, " of sample ", i,
                                                 " is not a class index in [0, ", classes,
                                                 "); the model's last layer has ", classes, " outputs"));

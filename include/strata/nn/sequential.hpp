@@ -72,26 +72,29 @@ class Sequential {
     ((w[i + 1] = Layers::output_width(w[i]), ++i), ...);
     return w;
   }
-  static constexpr std::array<int, layer_count + 1> widths_ = compute_widths();
 
+ public:
+  // widths[i] is the input width of layer i; widths.back() the model's output width.
+  static constexpr std::array<int, layer_count + 1> widths = compute_widths();
+
+ private:
   static constexpr std::array<std::size_t, layer_count + 1> compute_offsets() {
     std::array<std::size_t, layer_count + 1> o{};
     std::size_t i = 0;
-    ((o[i + 1] = round_up_to_line(o[i] + Layers::parameter_count(widths_[i])), ++i), ...);
+    ((o[i + 1] = round_up_to_line(o[i] + Layers::parameter_count(widths[i])), ++i), ...);
     return o;
   }
 
  public:
   static constexpr std::array<std::size_t, layer_count + 1> offsets = compute_offsets();
-  static constexpr int input_width = widths_.front();
-  static constexpr int output_width = widths_.back();
-  static constexpr std::array<int, layer_count + 1> widths = widths_;
+  static constexpr int input_width = widths.front();
+  static constexpr int output_width = widths.back();
   // Floats in the arena, including the padding that starts each layer on a cache line.
   static constexpr std::size_t arena_size = offsets.back();
   // Trainable parameters, without padding.
   static constexpr std::size_t parameter_count = [] {
     std::size_t total = 0, i = 0;
-    ((total += Layers::parameter_count(widths_[i]), ++i), ...);
+    ((total += Layers::parameter_count(widths[i]), ++i), ...);
     return total;
   }();
 
@@ -106,7 +109,7 @@ class Sequential {
   // Re-draws every parameter from `seed` (Glorot/He per layer), zeroes the gradients.
   void initialize(std::uint64_t seed) {
     Rng rng(mix64(seed, 0x5eed));
-    for_each_layer([&]<std::size_t I>(auto const& layer) { layer.initialize(parameters_.data() + offsets[I], widths_[I], rng); });
+    for_each_layer([&]<std::size_t I>(auto const& layer) { layer.initialize(parameters_.data() + offsets[I], widths[I], rng); });
     std::fill_n(gradients_.data(), arena_size, 0.0f);
   }
 
@@ -143,11 +146,11 @@ class Sequential {
     explicit Workspace(int max_batch) : max_batch_(max_batch) {
       int widest = 0;
       for (std::size_t i = 0; i < layer_count; ++i) {
-        outputs_[i].resize(widths_[i + 1], max_batch);
-        widest = std::max(widest, widths_[i + 1]);
+        outputs_[i].resize(widths[i + 1], max_batch);
+        widest = std::max(widest, widths[i + 1]);
       }
       std::size_t i = 0;
-      ((Layers::uses_aux ? aux_[i].resize(widths_[i + 1], max_batch) : void(), ++i), ...);
+      ((Layers::uses_aux ? aux_[i].resize(widths[i + 1], max_batch) : void(), ++i), ...);
       gradient_a_.resize(widest, max_batch);
       gradient_b_.resize(widest, max_batch);
     }
@@ -159,9 +162,9 @@ class Sequential {
 
    private:
     friend class Sequential;
-    [[nodiscard]] ConstMatrixView output(std::size_t i) const { return {outputs_[i].data(), widths_[i + 1], batch_}; }
-    [[nodiscard]] MatrixView output(std::size_t i) { return {outputs_[i].data(), widths_[i + 1], batch_}; }
-    [[nodiscard]] MatrixView aux(std::size_t i) { return {aux_[i].data(), widths_[i + 1], batch_}; }
+    [[nodiscard]] ConstMatrixView output(std::size_t i) const { return {outputs_[i].data(), widths[i + 1], batch_}; }
+    [[nodiscard]] MatrixView output(std::size_t i) { return {outputs_[i].data(), widths[i + 1], batch_}; }
+    [[nodiscard]] MatrixView aux(std::size_t i) { return {aux_[i].data(), widths[i + 1], batch_}; }
 
     int max_batch_;
     int batch_ = 0;
@@ -192,9 +195,9 @@ class Sequential {
     int const b = ws.batch_;
     for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
       ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
-      MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths_[I], b};
+      MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], b};
       layer.template backward<B>(params + offsets[I], grads + offsets[I], in, ws.output(I), ws.aux(I),
-                                 ConstMatrixView{dy, widths_[I + 1], b}, dx_view, accumulate);
+                                 ConstMatrixView{dy, widths[I + 1], b}, dx_view, accumulate);
       std::swap(dy, dx);
     });
   }
