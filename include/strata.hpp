@@ -6,6 +6,7 @@
 #include "strata/comm.hpp"
 #include "strata/core.hpp"
 #include "strata/data.hpp"
+#include "strata/io.hpp"
 #include "strata/nn.hpp"
 #include "strata/optim.hpp"
 #include "strata/policy.hpp"
@@ -64,6 +65,7 @@ using strategy::ReplicaContext;
 using strategy::Shard;
 
 // Training
+using train::BackupAndRestore;
 using train::BatchLogs;
 using train::CsvLogger;
 using train::EarlyStopping;
@@ -71,8 +73,18 @@ using train::EpochLogs;
 using train::Evaluation;
 using train::FitOptions;
 using train::History;
+using train::ModelCheckpoint;
+using train::MonitorMode;
 using train::ProgressBar;
 using train::TrainBegin;
+
+// Checkpoints
+using io::CheckpointManager;
+using io::load_checkpoint;
+using io::Progress;
+using io::save_checkpoint;
+using io::training_state;
+using io::TrainingState;
 
 // Data
 using data::Batch;

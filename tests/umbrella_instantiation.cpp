@@ -11,7 +11,10 @@ void train_once(strata::Dataset const& data, Optimizer optimizer, Loss loss) {
   Model model(1);
   strata::CsvLogger csv("/dev/null");
   trainer.fit(model, optimizer, loss, data, {.epochs = 1, .batch_size = 4, .validation = data}, strata::ProgressBar{},
-              strata::EarlyStopping{.monitor = "loss"}, csv);
+              strata::EarlyStopping{.monitor = "loss"}, csv, strata::BackupAndRestore{.directory = "/tmp/backup"},
+              strata::ModelCheckpoint{.directory = "/tmp/ckpt", .save_best_only = true, .monitor = "val_loss"});
+  strata::save_checkpoint("/tmp/model.safetensors", model);
+  strata::load_checkpoint("/tmp/model.safetensors", model);
   (void)trainer.evaluate(model, loss, data);
   (void)trainer.predict(model, data);
 }

@@ -62,4 +62,14 @@ struct fp16 {
 
 static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2, "16-bit types must really be 16 bits");
 
+// The names policies and messages print.
+template <class T>
+inline constexpr char const* dtype_name = "unknown";
+template <>
+inline constexpr char const* dtype_name<float> = "float";
+template <>
+inline constexpr char const* dtype_name<bf16> = "bf16";
+template <>
+inline constexpr char const* dtype_name<fp16> = "fp16";
+
 }  // namespace strata

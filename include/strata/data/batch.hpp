@@ -47,9 +47,14 @@ inline std::vector<std::uint32_t> epoch_order(std::size_t n, std::optional<std::
 
 class BatchStream {
  public:
-  BatchStream(Dataset data, int batch_size, int prefetch_depth, std::int64_t epoch)
+  // Starts at batch `first` of the epoch (a resumed run skips what it already trained).
+  BatchStream(Dataset data, int batch_size, int prefetch_depth, std::int64_t epoch, std::int64_t first = 0)
       : data_(std::move(data)), batch_size_(batch_size), order_(epoch_order(data_.size(), data_.shuffle_seed(), epoch)),
-        batches_((std::int64_t(data_.size()) + batch_size - 1) / batch_size), gather_(data_.shuffle_seed().has_value()) {
+        batches_((std::int64_t(data_.size()) + batch_size - 1) / batch_size), gather_(data_.shuffle_seed().has_value()),
+        first_(first), consumed_(first), produced_(first), released_(first) {
+    if (first < 0 || first > batches_)
+      throw ConfigError(strata::detail::message("batch stream: first batch ", first, " is outside the epoch's 0..",
+                                                batches_, " batches"));
     if (!gather_) return;
     slots_.resize(std::size_t(prefetch_depth) + 1);
     for (auto& slot : slots_) {
@@ -88,7 +93,7 @@ class BatchStream {
       fill(slot, index);
     } else {
       std::unique_lock lock(mutex_);
-      if (index > 0) ++released_;  // the previous batch's slot may be refilled now
+      if (index > first_) ++released_;  // the previous batch's slot may be refilled now
       changed_.notify_all();
       changed_.wait(lock, [&] { return produced_ > index; });
     }
@@ -117,7 +122,7 @@ class BatchStream {
 
   // Keeps `slots - 1` batches ahead of the consumer, who holds the remaining slot.
   void produce() {
-    for (std::int64_t index = 0; index < batches_; ++index) {
+    for (std::int64_t index = first_; index < batches_; ++index) {
       {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [&] { return stop_ || index - released_ < std::int64_t(slots_.size()); });
@@ -137,15 +142,16 @@ class BatchStream {
   std::vector<std::uint32_t> order_;
   std::int64_t batches_;
   bool gather_;
+  std::int64_t first_;
   std::vector<Slot> slots_;
-  std::int64_t consumed_ = 0;
+  std::int64_t consumed_;
   Batch current_;
 
   std::thread producer_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::int64_t produced_ = 0;  // batches filled by the producer
-  std::int64_t released_ = 0;  // batches the consumer is done with
+  std::int64_t produced_;  // batches filled by the producer (the index after the last)
+  std::int64_t released_;  // batches the consumer is done with (likewise)
   bool stop_ = false;
 };
 
@@ -171,9 +177,9 @@ class BatchedDataset {
     return (std::int64_t(data_.size()) + batch_size_ - 1) / batch_size_;
   }
 
-  // The batches of epoch `epoch` (the shuffle order depends on it).
-  [[nodiscard]] std::unique_ptr<BatchStream> stream(std::int64_t epoch) const {
-    return std::make_unique<BatchStream>(data_, batch_size_, prefetch_depth_, epoch);
+  // The batches of epoch `epoch` (the shuffle order depends on it), from batch `first` on.
+  [[nodiscard]] std::unique_ptr<BatchStream> stream(std::int64_t epoch, std::int64_t first = 0) const {
+    return std::make_unique<BatchStream>(data_, batch_size_, prefetch_depth_, epoch, first);
   }
 
   // Range-for support; each loop over the same BatchedDataset is a new epoch (0, 1, 2, ...).

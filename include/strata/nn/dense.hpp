@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "strata/core/backend.hpp"
 #include "strata/nn/init.hpp"
@@ -21,6 +22,12 @@ struct Dense {
   static constexpr std::size_t parameter_count(int) { return std::size_t(In) * Out + Out; }
   static constexpr bool uses_aux = false;
   static std::string name() { return "Dense<" + std::to_string(In) + ", " + std::to_string(Out) + ">"; }
+  // Checkpoint names follow Keras: the kernel is (In, Out) row-major, which is exactly the
+  // arena's column-major Out x In block, so it is written and read without a transpose.
+  static constexpr char const* kind = "dense";
+  static std::vector<ParameterTensor> parameter_tensors(int) {
+    return {{"kernel", {In, Out}, 0}, {"bias", {Out}, std::size_t(In) * Out}};
+  }
 
   void initialize(float* params, int, Rng& rng) const {
     Init::fill(params, std::size_t(In) * Out, In, Out, rng);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "strata/core/backend.hpp"
 #include "strata/core/random.hpp"
@@ -21,6 +22,14 @@ struct ForwardContext {
 
 inline constexpr int any_width = -1;
 
+// A named block of a layer's parameters, for checkpoints: `shape` (row-major) over the
+// floats [offset, offset + product(shape)) of the layer's block of the arena.
+struct ParameterTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::size_t offset = 0;
+};
+
 // Requires:
 //   L::input_width       fixed input width, or any_width when the layer takes its width from the previous one
 //   L::output_width(w)   output width for input width w (constexpr)
@@ -28,6 +37,8 @@ inline constexpr int any_width = -1;
 //   L::uses_aux          whether the layer keeps a per-replica buffer of the output's shape (dropout's mask)
 //   L::name()            a readable name for messages ("Dense<784, 256>")
 //   l.initialize(params, w, rng), l.forward<B>(...), l.backward<B>(...) as in Dense.
+//   A layer with parameters also names them for checkpoints: L::kind ("dense") and
+//   L::parameter_tensors(w), a list of ParameterTensor covering all its parameters.
 // Ensures: forward writes y from x alone; backward writes d(params) (overwriting, or adding
 // when `accumulate`) and, when dx.data != nullptr, dx.
 template <class L>

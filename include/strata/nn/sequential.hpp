@@ -14,6 +14,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/backend.hpp"
@@ -104,6 +105,15 @@ class Sequential {
   Sequential(std::uint64_t seed, Layers... layers)
       : layers_(std::move(layers)...), parameters_(arena_size), gradients_(arena_size) {
     initialize(seed);
+  }
+
+  // Every parameter tensor with its arena offset, named "<kind>_<layer index>/<name>"
+  // ("dense_0/kernel", "dense_2/bias"): the names checkpoints use.
+  static std::vector<ParameterTensor> parameter_tensors() {
+    std::vector<ParameterTensor> out;
+    std::size_t i = 0;
+    (append_tensors<Layers>(out, i++), ...);
+    return out;
   }
 
   // Re-draws every parameter from `seed` (Glorot/He per layer), zeroes the gradients.
@@ -216,6 +226,21 @@ class Sequential {
   }
 
  private:
+  template <class L>
+  static void append_tensors(std::vector<ParameterTensor>& out, std::size_t i) {
+    if constexpr (requires { L::parameter_tensors(0); }) {
+      for (auto t : L::parameter_tensors(widths[i])) {
+        t.name = std::string(L::kind) + "_" + std::to_string(i) + "/" + t.name;
+        t.offset += offsets[i];
+        out.push_back(std::move(t));
+      }
+    } else {
+      static_assert(L::parameter_count(1) == 0 || requires { L::parameter_tensors(0); },
+                    "strata::Sequential: a layer with parameters must name them (L::kind, L::parameter_tensors) "
+                    "so checkpoints can store them");
+    }
+  }
+
   template <class F>
   void for_each_layer(F&& f) const {
     [&]<std::size_t... I>(std::index_sequence<I...>) {

@@ -20,6 +20,12 @@ namespace detail {
 struct AdamMoments {
   AlignedBuffer m;
   AlignedBuffer v;
+
+  template <class F>
+  void for_each_slot(F&& f) {
+    f("m", m);
+    f("v", v);
+  }
 };
 
 inline void check_adam(char const* name, float lr, float beta1, float beta2, float epsilon) {
@@ -52,6 +58,7 @@ inline void adam_update(std::span<float> w, std::span<float const> g, AdamMoment
 }  // namespace detail
 
 struct Adam {
+  static constexpr char const* name = "Adam";
   float lr = 1e-3f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -66,6 +73,7 @@ struct Adam {
 };
 
 struct AdamW {
+  static constexpr char const* name = "AdamW";
   float lr = 1e-3f;
   float weight_decay = 0.004f;  // Keras' default
   float beta1 = 0.9f;

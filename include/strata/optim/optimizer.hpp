@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <span>
 
+#include "strata/core/aligned_buffer.hpp"
+
 namespace strata::optim {
 
 // Requires:
@@ -17,6 +19,9 @@ namespace strata::optim {
 //   o.update(p, g, state, offset, t) applies optimizer step t (1-based) to the slice
 //                                    p = params[offset, offset+len) with its gradient g
 //   o.validate()                     throws ConfigError for hyper-parameters that cannot work
+//   O::name                          "Adam": recorded in checkpoints
+//   state.for_each_slot(f)           calls f(slot name, AlignedBuffer&) for each arena-sized
+//                                    slot ("m", "v", "velocity"): what checkpoints save
 // Ensures: update touches only p and state[offset, offset+len); slices may be updated
 // concurrently by different threads.
 template <class O>
@@ -25,6 +30,8 @@ concept Optimizer = requires(O const& o, typename O::State& state, std::span<flo
   { o.make_state(std::size_t{}) } -> std::same_as<typename O::State>;
   o.update(p, g, state, offset, step);
   o.validate();
+  { O::name } -> std::convertible_to<char const*>;
+  state.for_each_slot([](char const*, AlignedBuffer&) {});
 };
 
 }  // namespace strata::optim

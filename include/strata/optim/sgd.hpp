@@ -14,12 +14,18 @@
 namespace strata::optim {
 
 struct Sgd {
+  static constexpr char const* name = "Sgd";
   float lr = 0.01f;
   float momentum = 0.0f;
   bool nesterov = false;
 
   struct State {
     AlignedBuffer velocity;  // empty without momentum
+
+    template <class F>
+    void for_each_slot(F&& f) {
+      if (velocity.size() != 0) f("velocity", velocity);
+    }
   };
 
   void validate() const {

@@ -2,7 +2,9 @@
 // Communication policies: gradient bucket size and wire compression.
 
 #include <cstddef>
+#include <string>
 
+#include "strata/core/dtype.hpp"
 #include "strata/policy/slot.hpp"
 
 namespace strata::policy {
@@ -13,6 +15,7 @@ struct BucketBytes {
   static_assert(B >= 1, "strata::BucketBytes<B>: B must be at least 1 byte");
   using policy_slot = bucket_slot;
   static constexpr std::size_t bytes = B;
+  static std::string name() { return "BucketBytes<" + std::to_string(B) + ">"; }
 };
 
 inline constexpr std::size_t default_bucket_bytes = std::size_t{25} << 20;
@@ -21,6 +24,7 @@ inline constexpr std::size_t default_bucket_bytes = std::size_t{25} << 20;
 struct NoCompression {
   using policy_slot = compression_slot;
   using wire_type = float;
+  static std::string name() { return "NoCompression"; }
 };
 
 // Gradients travel as T (bf16 or fp16), reductions still accumulate in fp32.
@@ -28,6 +32,7 @@ template <class T>
 struct Compress {
   using policy_slot = compression_slot;
   using wire_type = T;
+  static std::string name() { return std::string("Compress<") + dtype_name<T> + ">"; }
 };
 
 }  // namespace strata::policy

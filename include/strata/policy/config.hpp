@@ -7,6 +7,7 @@
 // `Config<GradAccum<8>, Mirrored<4>>` and `Config<Mirrored<4>, GradAccum<8>>` are the same
 // type, and so are the trainers and strategies built on them.
 
+#include <string>
 #include <type_traits>
 
 #include <boost/hana/append.hpp>
@@ -38,6 +39,12 @@ struct Resolved {
 
   static constexpr int num_replicas = Strategy::replicas;
   static constexpr int accumulation_steps = Accumulation::steps;
+
+  // "Mirrored<4>, Cpu, FullPrecision, GradAccum<8>, BucketBytes<26214400>, NoCompression"
+  static std::string describe() {
+    return Strategy::name() + ", " + Device::name() + ", " + Prec::name() + ", " + Accumulation::name() + ", " +
+           Bucket::name() + ", " + Compression::name();
+  }
 };
 
 namespace detail {

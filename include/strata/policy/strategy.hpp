@@ -1,6 +1,8 @@
 #pragma once
 // Strategy policies: how many replicas, and where they live.
 
+#include <string>
+
 #include "strata/policy/slot.hpp"
 
 namespace strata::policy {
@@ -13,6 +15,7 @@ struct OneDevice {
   using policy_slot = strategy_slot;
   static constexpr StrategyKind kind = StrategyKind::one_device;
   static constexpr int replicas = 1;
+  static std::string name() { return "OneDevice"; }
 };
 
 // N synchronous replicas in one process (threads on Cpu, GPUs on Cuda).
@@ -22,6 +25,7 @@ struct Mirrored {
   using policy_slot = strategy_slot;
   static constexpr StrategyKind kind = StrategyKind::mirrored;
   static constexpr int replicas = N;
+  static std::string name() { return "Mirrored<" + std::to_string(N) + ">"; }
 };
 
 // Mirrored inside each process, processes joined by MPI/NCCL.
@@ -32,6 +36,7 @@ struct MultiWorkerMirrored {
   static constexpr StrategyKind kind = StrategyKind::multi_worker_mirrored;
   static constexpr int local_replicas = LocalN;
   static constexpr int replicas = LocalN;  // per process; the world size is known at run time
+  static std::string name() { return "MultiWorkerMirrored<" + std::to_string(LocalN) + ">"; }
 };
 
 // One central copy of the variables, N compute replicas.
@@ -41,6 +46,7 @@ struct CentralStorage {
   using policy_slot = strategy_slot;
   static constexpr StrategyKind kind = StrategyKind::central_storage;
   static constexpr int replicas = N;
+  static std::string name() { return "CentralStorage<" + std::to_string(N) + ">"; }
 };
 
 // Variables sharded over Servers, Workers computing asynchronously.
@@ -53,6 +59,9 @@ struct ParameterServer {
   static constexpr int workers = Workers;
   static constexpr int servers = Servers;
   static constexpr int replicas = Workers;
+  static std::string name() {
+    return "ParameterServer<" + std::to_string(Workers) + ", " + std::to_string(Servers) + ">";
+  }
 };
 
 }  // namespace strata::policy

@@ -2,17 +2,17 @@
 // EarlyStopping: stops training when a monitored metric has not improved for `patience` epochs.
 //   strata::EarlyStopping{.monitor = "val_loss", .patience = 2}
 
-#include <cmath>
 #include <limits>
 #include <string>
 
 #include "strata/core/error.hpp"
 #include "strata/train/logs.hpp"
+#include "strata/train/monitor.hpp"
 
 namespace strata::train {
 
 struct EarlyStopping {
-  enum class Mode { automatic, min, max };  // automatic: max for accuracies, min otherwise
+  using Mode = MonitorMode;  // automatic: max for accuracies, min otherwise
 
   std::string monitor = "val_loss";
   int patience = 0;        // epochs without improvement tolerated before stopping
@@ -32,17 +32,10 @@ struct EarlyStopping {
   }
 
   bool on_epoch_end(EpochLogs const& logs) {
-    auto const value = logs.get(monitor);
-    if (!value) {
-      std::string present;
-      for (auto const& n : logs.names()) present += (present.empty() ? "" : ", ") + n;
-      throw ConfigError(strata::detail::message("EarlyStopping: monitor '", monitor, "' is not a metric of this run (it has ",
-                                        present, "); val_* metrics need FitOptions::validation"));
-    }
-    bool const maximise = mode == Mode::max || (mode == Mode::automatic && monitor.find("acc") != std::string::npos);
-    bool const improved = std::isnan(best) || (maximise ? *value > best + min_delta : *value < best - min_delta);
+    double const value = monitored_value(logs, monitor, "EarlyStopping");
+    bool const improved = improves(value, best, monitor, mode, min_delta);
     if (improved) {
-      best = *value;
+      best = value;
       wait = 0;
       return false;
     }

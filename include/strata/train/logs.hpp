@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strata/core/error.hpp"
@@ -78,6 +79,22 @@ class History {
   }
   [[nodiscard]] std::map<std::string, std::vector<double>> const& metrics() const { return metrics_; }
   [[nodiscard]] std::vector<double> const& epoch_seconds() const { return seconds_; }
+
+  // The metrics and the epoch times ("seconds") in one map, as checkpoints store them.
+  [[nodiscard]] std::map<std::string, std::vector<double>> to_map() const {
+    auto all = metrics_;
+    all["seconds"] = seconds_;
+    return all;
+  }
+  [[nodiscard]] static History from_map(std::map<std::string, std::vector<double>> all) {
+    History h;
+    if (auto it = all.find("seconds"); it != all.end()) {
+      h.seconds_ = std::move(it->second);
+      all.erase(it);
+    }
+    h.metrics_ = std::move(all);
+    return h;
+  }
 
  private:
   std::map<std::string, std::vector<double>> metrics_;

@@ -100,7 +100,21 @@ class StepRunner {
     samples_in_group_ = 0;
   }
 
+  // Continues a run restored from a checkpoint taken at a step boundary: `steps` optimizer
+  // steps taken (Adam's bias correction) and `micro_batches` trained (the dropout counter).
+  void resume(std::int64_t steps, std::int64_t micro_batches) {
+    step_ = steps;
+    micro_batches_seen_ = micro_batches;
+    micro_ = 0;
+    samples_in_group_ = 0;
+  }
+
   [[nodiscard]] std::int64_t optimizer_steps() const { return step_; }
+  [[nodiscard]] std::int64_t micro_batches() const { return micro_batches_seen_; }
+  // True when no accumulation group is half done (what a checkpoint can capture).
+  [[nodiscard]] bool at_step_boundary() const { return micro_ == 0; }
+  [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
+  [[nodiscard]] typename Opt::State& optimizer_state() { return state_; }
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return state_; }
 
  private:

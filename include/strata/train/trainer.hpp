@@ -20,6 +20,7 @@
 #include "strata/optim/optimizer.hpp"
 #include "strata/policy/config.hpp"
 #include "strata/strategy/strategy.hpp"
+#include "strata/io/training_state.hpp"
 #include "strata/train/callback.hpp"
 #include "strata/train/evaluator.hpp"
 #include "strata/train/logs.hpp"
@@ -74,24 +75,35 @@ class BasicTrainer {
     data::Dataset const ordered = options.shuffle ? train.shuffle(options.seed) : train;
     data::BatchedDataset const batches = ordered.batch(options.batch_size).prefetch(options.prefetch);
 
-    History history;
+    // What checkpoint callbacks save, and what BackupAndRestore loads into before training starts.
+    io::TrainingState state = io::training_state(model, runner.optimizer(), runner.optimizer_state());
+    state.config = Config::describe();
+    state.progress.seed = options.seed;
+    state.progress.batch_size = options.batch_size;
     TrainBegin const begin{options.epochs, batches.batches_per_epoch(), options.batch_size, num_replicas,
                            Config::accumulation_steps};
-    hooks.train_begin(begin, callbacks...);
+    hooks.train_begin(begin, state, callbacks...);
+    io::Progress const start = state.progress;  // a restored run continues exactly here
+    runner.resume(start.step, start.micro_batches);
+    History history = History::from_map(start.history);
+
     bool stop = false;
-    for (int epoch = 0; epoch < options.epochs && !stop; ++epoch) {
+    for (int epoch = int(start.epoch); epoch < options.epochs && !stop; ++epoch) {
+      bool const resumed = epoch == start.epoch;
       hooks.epoch_begin(epoch, callbacks...);
       auto const started = std::chrono::steady_clock::now();
-      auto stream = batches.stream(epoch);
+      auto stream = batches.stream(epoch, resumed ? start.batch : 0);
       Tally epoch_tally;
-      BatchLogs logs{epoch, options.epochs, 0, stream->batches(), 0.0, std::nullopt, 0.0};
+      if (resumed) epoch_tally = {start.epoch_loss_sum, start.epoch_correct, start.epoch_samples};
+      BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream->batches(), 0.0, std::nullopt, 0.0};
+      report<LossFn>(epoch_tally, logs);
       while (data::Batch const* batch = stream->next()) {
         epoch_tally += runner.train_on_batch(*batch);
         logs.step = batch->index + 1;
-        logs.loss = epoch_tally.loss_sum / double(epoch_tally.samples);
-        if constexpr (LossFn::reports_accuracy) logs.accuracy = double(epoch_tally.correct) / double(epoch_tally.samples);
+        report<LossFn>(epoch_tally, logs);
         logs.seconds = seconds_since(started);
-        if (hooks.batch_end(logs, callbacks...)) {
+        record(state, runner, epoch, logs.step, epoch_tally);
+        if (hooks.batch_end(logs, state, callbacks...)) {
           stop = true;
           break;
         }
@@ -105,9 +117,11 @@ class BasicTrainer {
       }
       epoch_logs.seconds = seconds_since(started);
       history.append(epoch_logs);
-      stop |= hooks.epoch_end(epoch_logs, callbacks...);
+      record(state, runner, epoch + 1, 0, Tally{});
+      state.progress.history = history.to_map();
+      stop |= hooks.epoch_end(epoch_logs, state, callbacks...);
     }
-    hooks.train_end(history, callbacks...);
+    hooks.train_end(history, state, callbacks...);
     return history;
   }
 
@@ -133,6 +147,29 @@ class BasicTrainer {
     if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
     Model::check_input_width(data.feature_width());
     loss.validate(data.targets(), Model::output_width);
+  }
+
+  // Running means of the epoch so far.
+  template <class LossFn>
+  static void report(Tally const& tally, BatchLogs& logs) {
+    if (tally.samples == 0) return;
+    logs.loss = tally.loss_sum / double(tally.samples);
+    if constexpr (LossFn::reports_accuracy) logs.accuracy = double(tally.correct) / double(tally.samples);
+  }
+
+  // Where training stands, for the callbacks that save it.
+  template <class Runner>
+  static void record(io::TrainingState& state, Runner const& runner, std::int64_t epoch, std::int64_t batch,
+                     Tally const& tally) {
+    io::Progress& p = state.progress;
+    p.step = runner.optimizer_steps();
+    p.micro_batches = runner.micro_batches();
+    p.epoch = epoch;
+    p.batch = batch;
+    p.epoch_loss_sum = tally.loss_sum;
+    p.epoch_correct = tally.correct;
+    p.epoch_samples = tally.samples;
+    state.at_step_boundary = runner.at_step_boundary();
   }
 
   static double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -1,0 +1,206 @@
+#pragma once
+// save_checkpoint / load_checkpoint: a TrainingState to and from one safetensors file.
+//
+// Tensors: the weights under their layer names ("dense_0/kernel", Keras' (In, Out) layout),
+// the optimizer's slots under "optimizer/<weight>/<slot>". Metadata: the format, the
+// model, optimizer and policies, the Progress (step, epoch, position in the epoch, the RNG
+// state, the epoch's running metrics, the history) and the loss-scale state. Weights are
+// stored once, so a checkpoint written by Mirrored<4> loads into OneDevice or Mirrored<2>.
+//
+// Loading checks everything — format, model, every name and shape, the checksum — before
+// it writes a single float, so a bad file leaves the model and optimizer as they were.
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/core/error.hpp"
+#include "strata/io/safetensors.hpp"
+#include "strata/io/training_state.hpp"
+
+namespace strata::io {
+
+inline constexpr char const* checkpoint_format = "strata-checkpoint";
+inline constexpr int checkpoint_version = 1;
+
+namespace detail {
+
+inline std::string exact(double value) {  // round-trips bit for bit
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+inline Metadata progress_metadata(Progress const& p) {
+  // Metric values as exact decimal strings: JSON numbers cannot hold a NaN loss.
+  nlohmann::json history = nlohmann::json::object();
+  for (auto const& [name, values] : p.history) {
+    auto& list = history[name] = nlohmann::json::array();
+    for (double v : values) list.push_back(exact(v));
+  }
+  return {{"step", std::to_string(p.step)},
+          {"epoch", std::to_string(p.epoch)},
+          {"batch", std::to_string(p.batch)},
+          {"batch_size", std::to_string(p.batch_size)},
+          {"rng_seed", std::to_string(p.seed)},
+          {"rng_counter", std::to_string(p.micro_batches)},
+          {"epoch_loss_sum", exact(p.epoch_loss_sum)},
+          {"epoch_correct", std::to_string(p.epoch_correct)},
+          {"epoch_samples", std::to_string(p.epoch_samples)},
+          {"history", history.dump()}};
+}
+
+class MetadataReader {
+ public:
+  explicit MetadataReader(SafetensorsFile const& file) : file_(file) {}
+
+  [[nodiscard]] std::string const& text(std::string const& key) const {
+    auto const it = file_.metadata().find(key);
+    if (it == file_.metadata().end())
+      throw IoError(strata::detail::message(file_.source(), ": the metadata has no '", key,
+                                            "' (not a complete strata checkpoint)"));
+    return it->second;
+  }
+  template <class Int>
+  [[nodiscard]] Int integer(std::string const& key) const {
+    std::string const& s = text(key);
+    Int value{};
+    auto const [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (error != std::errc{} || end != s.data() + s.size())
+      throw IoError(strata::detail::message(file_.source(), ": metadata '", key, "' = '", s, "' is not an integer"));
+    return value;
+  }
+  [[nodiscard]] double real(std::string const& key) const {
+    std::string const& s = text(key);
+    char* end = nullptr;
+    double const value = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size())
+      throw IoError(strata::detail::message(file_.source(), ": metadata '", key, "' = '", s, "' is not a number"));
+    return value;
+  }
+
+  [[nodiscard]] Progress progress() const {
+    Progress p;
+    p.step = integer<std::int64_t>("step");
+    p.epoch = integer<std::int64_t>("epoch");
+    p.batch = integer<std::int64_t>("batch");
+    p.batch_size = integer<std::int64_t>("batch_size");
+    p.seed = integer<std::uint64_t>("rng_seed");
+    p.micro_batches = integer<std::int64_t>("rng_counter");
+    p.epoch_loss_sum = real("epoch_loss_sum");
+    p.epoch_correct = integer<std::int64_t>("epoch_correct");
+    p.epoch_samples = integer<std::int64_t>("epoch_samples");
+    auto const history = nlohmann::json::parse(text("history"), nullptr, false);
+    bool valid = history.is_object();
+    if (valid) {
+      for (auto const& [name, values] : history.items()) {
+        if (!values.is_array()) valid = false;
+        for (std::size_t i = 0; valid && i < values.size(); ++i) {
+          std::string const text = values[i].is_string() ? values[i].get<std::string>() : std::string();
+          char* end = nullptr;
+          double const value = std::strtod(text.c_str(), &end);
+          valid = !text.empty() && end == text.c_str() + text.size();
+          p.history[name].push_back(value);
+        }
+      }
+    }
+    if (!valid)
+      throw IoError(strata::detail::message(file_.source(), ": metadata 'history' is not a map of metric lists"));
+    if (p.step < 0 || p.epoch < 0 || p.batch < 0 || p.micro_batches < 0 || p.batch_size < 0)
+      throw IoError(strata::detail::message(file_.source(), ": negative step, epoch, batch or counter in the metadata"));
+    return p;
+  }
+
+ private:
+  SafetensorsFile const& file_;
+};
+
+}  // namespace detail
+
+// Writes `state` to `path` atomically: a crash leaves the old file or the new one.
+inline void save_checkpoint(std::filesystem::path const& path, TrainingState const& state) {
+  std::vector<TensorRef> tensors;
+  for (auto const* group : {&state.weights, &state.optimizer_slots})
+    for (auto const& t : *group) tensors.push_back({t.name, t.shape, t.values});
+  Metadata metadata = detail::progress_metadata(state.progress);
+  metadata["format"] = checkpoint_format;
+  metadata["format_version"] = std::to_string(checkpoint_version);
+  metadata["model"] = state.model;
+  metadata["optimizer"] = state.optimizer;
+  metadata["config"] = state.config;
+  metadata["loss_scale"] = "none";  // FullPrecision has no loss scale; MixedPrecisionFp16 will record its state here
+  write_safetensors(path, tensors, std::move(metadata));
+}
+
+// Loads `path` into `state`: the weights, the optimizer slots when `state` has an optimizer,
+// and the progress. Throws (IoError for the file, ShapeError or ConfigError for a checkpoint
+// of another model or optimizer) before changing anything; so does `check(progress)`, which
+// sees the checkpoint's progress before anything is copied.
+template <class Check = void (*)(Progress const&)>
+void load_checkpoint(std::filesystem::path const& path, TrainingState& state, Check&& check = [](Progress const&) {}) {
+  SafetensorsFile const file = SafetensorsFile::read(path);
+  detail::MetadataReader const meta(file);
+  auto const format = file.metadata().find("format");
+  if (format == file.metadata().end() || format->second != checkpoint_format || !file.has_checksum())
+    throw IoError(strata::detail::message(path.string(), ": not a strata checkpoint (no \"format\": \"", checkpoint_format,
+                                          "\" and checksum in its metadata); write it with strata::save_checkpoint"));
+  if (auto const version = meta.integer<int>("format_version"); version != checkpoint_version)
+    throw IoError(strata::detail::message(path.string(), ": checkpoint format version ", version,
+                                          "; this strata reads version ", checkpoint_version));
+  if (std::string const& model = meta.text("model"); model != state.model)
+    throw ConfigError(strata::detail::message(path.string(), ": the checkpoint holds ", model, ", but the model is ",
+                                              state.model));
+  std::string const& optimizer = meta.text("optimizer");
+  std::vector<std::pair<std::span<float const>, std::span<float>>> copies;
+  for (auto const& t : state.weights) copies.emplace_back(file.f32(t.name, t.shape), t.values);
+  for (auto const& t : state.optimizer_slots) {
+    if (!file.contains(t.name))
+      throw ConfigError(strata::detail::message(
+          path.string(), ": the checkpoint has no '", t.name, "'; it holds the state of optimizer '",
+          optimizer.empty() ? "none (weights only)" : optimizer, "', the run uses ", state.optimizer));
+    copies.emplace_back(file.f32(t.name, t.shape), t.values);
+  }
+  Progress const progress = meta.progress();
+  check(progress);
+  for (auto const& [from, to] : copies) std::copy(from.begin(), from.end(), to.begin());
+  state.progress = progress;
+}
+
+// Weights only, for inference or fine-tuning.
+template <class Model>
+void save_checkpoint(std::filesystem::path const& path, Model const& model) {
+  save_checkpoint(path, training_state(const_cast<Model&>(model)));  // views only read when saving
+}
+template <class Model>
+void load_checkpoint(std::filesystem::path const& path, Model& model) {
+  TrainingState state = training_state(model);
+  load_checkpoint(path, state);
+}
+
+// Weights, optimizer state and progress, for custom training loops.
+template <class Model, optim::Optimizer Opt>
+void save_checkpoint(std::filesystem::path const& path, Model const& model, Opt const& optimizer,
+                     typename Opt::State const& state, Progress const& progress = {}) {
+  // Views are only read when saving.
+  TrainingState s = training_state(const_cast<Model&>(model), optimizer, const_cast<typename Opt::State&>(state));
+  s.progress = progress;
+  save_checkpoint(path, s);
+}
+template <class Model, optim::Optimizer Opt>
+Progress load_checkpoint(std::filesystem::path const& path, Model& model, Opt const& optimizer,
+                         typename Opt::State& state) {
+  TrainingState s = training_state(model, optimizer, state);
+  load_checkpoint(path, s);
+  return s.progress;
+}
+
+}  // namespace strata::io

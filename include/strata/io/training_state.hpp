@@ -1,0 +1,89 @@
+#pragma once
+// TrainingState: what a checkpoint holds, as views of the live training state (no copies).
+// fit builds one and hands it to callbacks (ModelCheckpoint, BackupAndRestore); custom
+// loops build one with training_state(model, optimizer, state).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/nn/layer.hpp"
+#include "strata/optim/optimizer.hpp"
+
+namespace strata::io {
+
+// Where training stands; written to a checkpoint's metadata. All zero for a fresh run.
+struct Progress {
+  std::int64_t step = 0;           // optimizer steps taken
+  std::int64_t epoch = 0;          // the epoch in progress, 0-based (equal to the epochs asked for once done)
+  std::int64_t batch = 0;          // batches of that epoch already trained
+  std::int64_t micro_batches = 0;  // global batches trained in all: the counter of the dropout streams
+  std::uint64_t seed = 0;          // FitOptions::seed: shuffle orders and dropout masks derive from it
+  std::int64_t batch_size = 0;     // the global batch size of the run
+  // Running metrics of the epoch in progress, so the resumed epoch reports the same numbers.
+  double epoch_loss_sum = 0.0;
+  std::int64_t epoch_correct = 0;
+  std::int64_t epoch_samples = 0;
+  // The per-epoch metrics of the epochs completed (History), by metric name.
+  std::map<std::string, std::vector<double>> history{};
+};
+
+// A tensor of the live state: a name, a row-major shape and the floats it views.
+struct StateTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::span<float> values;
+};
+
+struct TrainingState {
+  std::string model;                        // Model::name(): a checkpoint of another model is refused
+  std::string optimizer;                    // Opt::name, empty when only weights are saved
+  std::string config;                       // the policies of the run (informational)
+  std::vector<StateTensor> weights;         // the model's parameters, once (not per replica)
+  std::vector<StateTensor> optimizer_slots; // "optimizer/<weight>/<slot>"
+  Progress progress{};
+  // False between the micro-batches of a GradAccum group: the partial gradients live in
+  // per-replica buffers a checkpoint does not hold, so nothing is saved then.
+  bool at_step_boundary = true;
+};
+
+namespace detail {
+
+template <class Model>
+std::vector<StateTensor> views(Model const& model, std::span<float> arena) {
+  std::vector<StateTensor> out;
+  for (auto const& t : model.parameter_tensors()) {
+    std::size_t count = 1;
+    for (auto d : t.shape) count *= std::size_t(d);
+    out.push_back({t.name, t.shape, arena.subspan(t.offset, count)});
+  }
+  return out;
+}
+
+}  // namespace detail
+
+// The weights of `model`. Saving reads through these views; loading writes through them.
+template <class Model>
+TrainingState training_state(Model& model) {
+  TrainingState s;
+  s.model = Model::name();
+  s.weights = detail::views(model, model.parameters());
+  return s;
+}
+
+// The weights and the optimizer state (one slot per moment, laid out like the weights).
+template <class Model, optim::Optimizer Opt>
+TrainingState training_state(Model& model, Opt const&, typename Opt::State& state) {
+  TrainingState s = training_state(model);
+  s.optimizer = Opt::name;
+  state.for_each_slot([&](char const* slot, AlignedBuffer& buffer) {
+    for (auto const& w : detail::views(model, buffer.span()))
+      s.optimizer_slots.push_back({"optimizer/" + w.name + "/" + slot, w.shape, w.values});
+  });
+  return s;
+}
+
+}  // namespace strata::io

@@ -1,0 +1,68 @@
+#pragma once
+// BackupAndRestore: fault tolerance for fit (Keras' BackupAndRestore). It backs the run up
+// at every epoch end (and every N optimizer steps if asked); when fit starts and a backup
+// exists, it restores it — weights, optimizer state, the step and epoch, the position in
+// the epoch's shuffled order, the dropout stream and the history — so the restarted run
+// continues bit for bit where the lost one was. A finished run deletes its backup.
+//
+//   trainer.fit(model, opt, loss, train, options, strata::BackupAndRestore{.directory = "backup"});
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "strata/core/error.hpp"
+#include "strata/io/checkpoint_manager.hpp"
+#include "strata/io/training_state.hpp"
+#include "strata/train/logs.hpp"
+
+namespace strata::train {
+
+struct BackupAndRestore {
+  std::filesystem::path directory = "backup";
+  std::int64_t every_steps = 0;    // 0: at epoch ends only; N: also after every N-th optimizer step
+  bool delete_on_success = true;   // remove the backup once fit completes (Keras' delete_checkpoint)
+  int max_to_keep = 2;             // the backup before survives a damaged newest one
+
+  // Read after fit: what was restored (nullopt: a fresh start) and what was skipped as damaged.
+  std::optional<io::RestoreReport> restored{};
+
+  void on_train_begin(TrainBegin const&, io::TrainingState& state) {
+    if (every_steps < 0)
+      throw ConfigError(strata::detail::message("BackupAndRestore: every_steps ", every_steps, " must be >= 0"));
+    manager_.emplace(directory, max_to_keep, "backup");
+    io::Progress const run = state.progress;
+    last_step_ = -1;
+    restored = manager_->restore(state, [&](io::Progress const& saved) {
+      if (saved.seed != run.seed || saved.batch_size != run.batch_size)
+        throw ConfigError(strata::detail::message(
+            "BackupAndRestore: the backup in ", directory.string(), " was written by a run with seed ", saved.seed,
+            " and batch_size ", saved.batch_size, "; this run has seed ", run.seed, " and batch_size ", run.batch_size,
+            ". Resume with the same FitOptions, or delete the directory to start over"));
+    });
+    if (restored) last_step_ = state.progress.step;
+  }
+
+  void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
+    std::int64_t const step = state.progress.step;
+    if (every_steps > 0 && state.at_step_boundary && step > 0 && step % every_steps == 0) backup(state);
+  }
+
+  void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { backup(state, /*always=*/true); }
+
+  void on_train_end(History const&, io::TrainingState const&) {
+    if (delete_on_success) manager_->clear();
+  }
+
+ private:
+  void backup(io::TrainingState const& state, bool always = false) {
+    if (!always && state.progress.step == last_step_) return;
+    manager_->save(state);
+    last_step_ = state.progress.step;
+  }
+
+  std::optional<io::CheckpointManager> manager_;
+  std::int64_t last_step_ = -1;
+};
+
+}  // namespace strata::train

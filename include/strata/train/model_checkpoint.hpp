@@ -1,0 +1,82 @@
+#pragma once
+// ModelCheckpoint: saves the run to a CheckpointManager directory at the end of every
+// epoch, or every N optimizer steps; with save_best_only, only when the monitored metric
+// improved (Keras' ModelCheckpoint).
+//
+//   strata::ModelCheckpoint{.directory = "ckpt", .save_best_only = true, .monitor = "val_accuracy"}
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "strata/core/error.hpp"
+#include "strata/io/checkpoint_manager.hpp"
+#include "strata/io/training_state.hpp"
+#include "strata/train/logs.hpp"
+#include "strata/train/monitor.hpp"
+
+namespace strata::train {
+
+struct ModelCheckpoint {
+  std::filesystem::path directory = "checkpoints";
+  std::int64_t every_steps = 0;   // 0: at the end of every epoch; N: after every N-th optimizer step
+  bool save_best_only = false;    // at epoch end, only when `monitor` improved
+  std::string monitor = "val_loss";
+  MonitorMode mode = MonitorMode::automatic;
+  bool save_weights_only = false; // leave out the optimizer state and progress
+  int max_to_keep = 5;
+
+  // Read after training.
+  std::optional<std::filesystem::path> last_saved{};
+  double best = std::numeric_limits<double>::quiet_NaN();
+  int saves = 0;
+
+  void on_train_begin(TrainBegin const&, io::TrainingState const&) {
+    if (every_steps < 0)
+      throw ConfigError(strata::detail::message("ModelCheckpoint: every_steps ", every_steps, " must be >= 0"));
+    if (save_best_only && every_steps != 0)
+      throw ConfigError("ModelCheckpoint: save_best_only compares epoch metrics; use it with every_steps = 0");
+    manager_.emplace(directory, max_to_keep);
+    best = std::numeric_limits<double>::quiet_NaN();
+    last_step_ = -1;
+  }
+
+  void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
+    std::int64_t const step = state.progress.step;
+    if (every_steps > 0 && state.at_step_boundary && step > 0 && step % every_steps == 0) save(state);
+  }
+
+  void on_epoch_end(EpochLogs const& logs, io::TrainingState const& state) {
+    if (every_steps > 0) return;
+    if (save_best_only) {
+      double const value = monitored_value(logs, monitor, "ModelCheckpoint");
+      if (!improves(value, best, monitor, mode)) return;
+      best = value;
+    }
+    save(state);
+  }
+
+ private:
+  void save(io::TrainingState const& state) {
+    if (state.progress.step == last_step_) return;  // nothing changed since the last save
+    if (save_weights_only) {
+      io::TrainingState weights;
+      weights.model = state.model;
+      weights.config = state.config;
+      weights.weights = state.weights;
+      last_saved = manager_->save(weights);
+    } else {
+      last_saved = manager_->save(state);
+    }
+    last_step_ = state.progress.step;
+    ++saves;
+  }
+
+  std::optional<io::CheckpointManager> manager_;
+  std::int64_t last_step_ = -1;
+};
+
+}  // namespace strata::train
