@@ -26,21 +26,24 @@ struct BackupAndRestore {
 
   // Read after fit: what was restored (nullopt: a fresh start) and what was skipped as damaged.
   std::optional<io::RestoreReport> restored{};
+  // Set up by on_train_begin (public only so the options stay designated-initialisable).
+  std::optional<io::CheckpointManager> manager{};
+  std::int64_t last_step = -1;
 
   void on_train_begin(TrainBegin const&, io::TrainingState& state) {
     if (every_steps < 0)
       throw ConfigError(strata::detail::message("BackupAndRestore: every_steps ", every_steps, " must be >= 0"));
-    manager_.emplace(directory, max_to_keep, "backup");
+    manager.emplace(directory, max_to_keep, "backup");
     io::Progress const run = state.progress;
-    last_step_ = -1;
-    restored = manager_->restore(state, [&](io::Progress const& saved) {
+    last_step = -1;
+    restored = manager->restore(state, [&](io::Progress const& saved) {
       if (saved.seed != run.seed || saved.batch_size != run.batch_size)
         throw ConfigError(strata::detail::message(
             "BackupAndRestore: the backup in ", directory.string(), " was written by a run with seed ", saved.seed,
             " and batch_size ", saved.batch_size, "; this run has seed ", run.seed, " and batch_size ", run.batch_size,
             ". Resume with the same FitOptions, or delete the directory to start over"));
     });
-    if (restored) last_step_ = state.progress.step;
+    if (restored) last_step = state.progress.step;
   }
 
   void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
@@ -51,18 +54,15 @@ struct BackupAndRestore {
   void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { backup(state, /*always=*/true); }
 
   void on_train_end(History const&, io::TrainingState const&) {
-    if (delete_on_success) manager_->clear();
+    if (delete_on_success) manager->clear();
   }
 
  private:
   void backup(io::TrainingState const& state, bool always = false) {
-    if (!always && state.progress.step == last_step_) return;
-    manager_->save(state);
-    last_step_ = state.progress.step;
+    if (!always && state.progress.step == last_step) return;
+    manager->save(state);
+    last_step = state.progress.step;
   }
-
-  std::optional<io::CheckpointManager> manager_;
-  std::int64_t last_step_ = -1;
 };
 
 }  // namespace strata::train

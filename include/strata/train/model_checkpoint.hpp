@@ -33,15 +33,18 @@ struct ModelCheckpoint {
   std::optional<std::filesystem::path> last_saved{};
   double best = std::numeric_limits<double>::quiet_NaN();
   int saves = 0;
+  // Set up by on_train_begin (public only so the options stay designated-initialisable).
+  std::optional<io::CheckpointManager> manager{};
+  std::int64_t last_step = -1;
 
   void on_train_begin(TrainBegin const&, io::TrainingState const&) {
     if (every_steps < 0)
       throw ConfigError(strata::detail::message("ModelCheckpoint: every_steps ", every_steps, " must be >= 0"));
     if (save_best_only && every_steps != 0)
       throw ConfigError("ModelCheckpoint: save_best_only compares epoch metrics; use it with every_steps = 0");
-    manager_.emplace(directory, max_to_keep);
+    manager.emplace(directory, max_to_keep);
     best = std::numeric_limits<double>::quiet_NaN();
-    last_step_ = -1;
+    last_step = -1;
   }
 
   void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
@@ -61,22 +64,19 @@ struct ModelCheckpoint {
 
  private:
   void save(io::TrainingState const& state) {
-    if (state.progress.step == last_step_) return;  // nothing changed since the last save
+    if (state.progress.step == last_step) return;  // nothing changed since the last save
     if (save_weights_only) {
       io::TrainingState weights;
       weights.model = state.model;
       weights.config = state.config;
       weights.weights = state.weights;
-      last_saved = manager_->save(weights);
+      last_saved = manager->save(weights);
     } else {
-      last_saved = manager_->save(state);
+      last_saved = manager->save(state);
     }
-    last_step_ = state.progress.step;
+    last_step = state.progress.step;
     ++saves;
   }
-
-  std::optional<io::CheckpointManager> manager_;
-  std::int64_t last_step_ = -1;
 };
 
 }  // namespace strata::train

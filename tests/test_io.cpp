@@ -1,0 +1,412 @@
+// Checkpoints: the safetensors format against its specification, every kind of damaged
+// file, optimizer-state round trips, layout independence across strategies, and
+// BackupAndRestore resuming bit for bit.
+#include <doctest/doctest.h>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "strata.hpp"
+#include "temp_dir.hpp"
+
+using namespace strata;
+
+namespace {
+using Model = Sequential<Dense<784, 24>, Relu, Dropout, Dense<24, 10>>;
+using Other = Sequential<Dense<784, 16>, Relu, Dense<16, 10>>;
+
+Dataset const& fashion() {
+  static Dataset const data = data::fashion_mnist(data::Split::test).take(400);
+  return data;
+}
+
+Model make_model(std::uint64_t seed) { return Model(seed, {}, {}, Dropout{0.2f}, {}); }
+
+std::vector<float> weights(Model const& m) { return {m.parameters().begin(), m.parameters().end()}; }
+
+std::string slurp(std::filesystem::path const& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+void spill(std::filesystem::path const& p, std::string const& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+// The error message of `f`, or "" when it does not throw E.
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (E const& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Stops training by throwing at optimizer step `step`: a crash that fit cannot catch.
+struct CrashAt {
+  std::int64_t step;
+  void on_batch_end(BatchLogs const&, TrainingState const& s) {
+    if (s.progress.step == step) throw std::runtime_error("simulated crash");
+  }
+};
+}  // namespace
+
+TEST_CASE("safetensors: the file layout is the specification's, values and metadata round-trip") {
+  TempDir dir;
+  std::vector<float> a{1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f}, b{42.0f};
+  std::vector<io::TensorRef> tensors{{"layer/a", {2, 3}, a}, {"b", {1}, b}};
+  io::write_safetensors(dir.path / "t.safetensors", tensors, {{"note", "hello"}});
+
+  // Independent parse of the raw bytes: u64 LE header length, JSON, data.
+  std::string const raw = slurp(dir.path / "t.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(raw[std::size_t(i)])) << (8 * i);
+  CHECK(n % 8 == 0);  // the data starts 8-byte aligned
+  CHECK(raw.size() == 8 + n + 7 * sizeof(float));
+  auto const header = nlohmann::json::parse(raw.substr(8, n));
+  CHECK(header["layer/a"]["dtype"] == "F32");
+  CHECK(header["layer/a"]["shape"] == nlohmann::json::array({2, 3}));
+  CHECK(header["layer/a"]["data_offsets"] == nlohmann::json::array({0, 24}));
+  CHECK(header["b"]["data_offsets"] == nlohmann::json::array({24, 28}));
+  CHECK(header["__metadata__"]["note"] == "hello");
+  CHECK(std::string(header["__metadata__"]["checksum"]).rfind("crc32:", 0) == 0);
+  float third;
+  std::memcpy(&third, raw.data() + 8 + n + 2 * sizeof(float), sizeof third);
+  CHECK(third == 3.25f);
+
+  auto const file = io::SafetensorsFile::read(dir.path / "t.safetensors");
+  CHECK(file.names() == std::vector<std::string>{"layer/a", "b"});
+  auto const back = file.f32("layer/a", {2, 3});
+  CHECK(std::vector<float>(back.begin(), back.end()) == a);
+  CHECK(file.metadata().at("note") == "hello");
+  CHECK(error_of<ShapeError>([&] { (void)file.f32("layer/a", {3, 2}); }).find("has shape [2, 3], the model expects [3, 2]") !=
+        std::string::npos);
+  CHECK(error_of<IoError>([&] { (void)file.f32("missing", {1}); }).find("no tensor named 'missing'") != std::string::npos);
+  // A file without a checksum (written by another tool) still reads.
+  std::string plain = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  plain.append((8 - plain.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  bytes[0] = char(plain.size());
+  bytes += plain + std::string("\0\0\x80\x3f", 4);  // 1.0f
+  auto const foreign = io::SafetensorsFile::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), "foreign");
+  CHECK(!foreign.has_checksum());
+  CHECK(foreign.f32("x", {1})[0] == 1.0f);
+}
+
+TEST_CASE("weights round-trip bit for bit, in Keras' (In, Out) kernel layout") {
+  TempDir dir;
+  Model const model = make_model(3);
+  save_checkpoint(dir.path / "w.safetensors", model);
+  auto const file = io::SafetensorsFile::read(dir.path / "w.safetensors");
+  CHECK(file.names() == std::vector<std::string>{"dense_0/kernel", "dense_0/bias", "dense_3/kernel", "dense_3/bias"});
+  auto const kernel = file.f32("dense_0/kernel", {784, 24});
+  // kernel[i][o] is W(o, i): the weight from input i to unit o.
+  Eigen::Map<Matrix const> w(model.parameters().data(), 24, 784);
+  CHECK(kernel[5 * 24 + 7] == w(7, 5));
+  CHECK(kernel[783 * 24 + 23] == w(23, 783));
+  CHECK(file.metadata().at("model") == Model::name());
+
+  Model restored = make_model(99);
+  CHECK(weights(restored) != weights(model));
+  load_checkpoint(dir.path / "w.safetensors", restored);
+  CHECK(weights(restored) == weights(model));
+}
+
+TEST_CASE("damaged checkpoints: every kind is an IoError naming the file, and the model is untouched") {
+  TempDir dir;
+  Model const saved = make_model(3);
+  auto const path = dir.path / "c.safetensors";
+  save_checkpoint(path, saved);
+  std::string const good = slurp(path);
+  std::uint64_t header = 0;
+  for (int i = 0; i < 8; ++i) header |= std::uint64_t(static_cast<unsigned char>(good[std::size_t(i)])) << (8 * i);
+
+  auto expect = [&](std::string const& bytes, std::string const& words) {
+    CAPTURE(words);
+    spill(path, bytes);
+    Model model = make_model(5);
+    auto const before = weights(model);
+    std::string const message = error_of<IoError>([&] { load_checkpoint(path, model); });
+    CHECK(message.find(path.string()) != std::string::npos);
+    CHECK(message.find(words) != std::string::npos);
+    CHECK(weights(model) == before);
+  };
+  expect("", "the file is 0 bytes");
+  expect(good.substr(0, 5), "the file is 5 bytes");
+  expect(good.substr(0, 8 + header / 2), "exceeds the");                 // cut in the header
+  expect(good.substr(0, 8 + header + 100), "(truncated)");               // cut in the data
+  expect(good.substr(0, good.size() - 1), "(truncated)");                // one byte short
+  expect(good + "x", "(trailing bytes)");
+  std::string flipped = good;
+  flipped[good.size() - 1000] = char(flipped[good.size() - 1000] ^ 0x10);  // one bit in the weights
+  expect(flipped, "checksum mismatch");
+  std::string step = good;  // a metadata value changed: "step":"0" -> "step":"7"
+  auto const at = step.find("\"step\":\"0\"");
+  REQUIRE(at != std::string::npos);
+  step[at + 8] = '7';
+  expect(step, "checksum mismatch");
+  std::string json = good;
+  json[8] = '[';
+  expect(json, "not a JSON object");
+  std::string huge = good;
+  huge[7] = '\x7f';
+  expect(huge, "exceeds the");
+  std::string dtype = good;
+  auto const f32 = dtype.find("\"F32\"");
+  dtype.replace(f32, 5, "\"F64\"");
+  expect(dtype, "needs");  // an F64 tensor of that shape needs twice the bytes
+  spill(dir.path / "foreign.safetensors", std::string(8, '\0').replace(0, 1, "\x08") + "{}      ");
+  CHECK(error_of<IoError>([&] { load_checkpoint(dir.path / "foreign.safetensors", *std::make_unique<Model>(1)); })
+            .find("not a strata checkpoint") != std::string::npos);
+  CHECK(error_of<IoError>([&] { load_checkpoint(dir.path / "missing.safetensors", *std::make_unique<Model>(1)); })
+            .find("missing.safetensors: open failed: No such file or directory") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint of another model or another shape is refused, naming both") {
+  TempDir dir;
+  save_checkpoint(dir.path / "other.safetensors", Other(1));
+  Model model = make_model(5);
+  auto const before = weights(model);
+  std::string const message = error_of<ConfigError>([&] { load_checkpoint(dir.path / "other.safetensors", model); });
+  CHECK(message.find("the checkpoint holds Sequential<Dense<784, 16>, Relu, Dense<16, 10>>") != std::string::npos);
+  CHECK(message.find("the model is Sequential<Dense<784, 24>, Relu, Dropout, Dense<24, 10>>") != std::string::npos);
+  CHECK(weights(model) == before);
+
+  // Same model name, a tensor of the wrong shape (a hand-edited file): a ShapeError.
+  TrainingState forged = training_state(model);
+  std::vector<float> small(24 * 10);
+  forged.weights[0].shape = {24, 10};
+  forged.weights[0].values = small;
+  save_checkpoint(dir.path / "forged.safetensors", forged);
+  CHECK(error_of<ShapeError>([&] { load_checkpoint(dir.path / "forged.safetensors", model); })
+            .find("tensor 'dense_0/kernel' has shape [24, 10], the model expects [784, 24]") != std::string::npos);
+  CHECK(weights(model) == before);
+}
+
+TEST_CASE_TEMPLATE("optimizer state round-trips: continuing after a reload is bit-identical", O, Sgd, Adam, AdamW) {
+  TempDir dir;
+  O const optimizer = [] {
+    if constexpr (std::is_same_v<O, Sgd>) return Sgd{.lr = 0.05f, .momentum = 0.9f, .nesterov = true};
+    else return O{};
+  }();
+  Model a = make_model(1);
+  auto state = optimizer.make_state(Model::arena_size);
+  std::vector<float> g(Model::arena_size);  // zero in the arena's padding, as real gradients are
+  auto step = [&](Model& m, auto& s, std::int64_t t) {
+    for (auto const& tensor : Model::parameter_tensors()) {
+      std::size_t count = 1;
+      for (auto d : tensor.shape) count *= std::size_t(d);
+      for (std::size_t i = tensor.offset; i < tensor.offset + count; ++i) g[i] = float(std::sin(double(i) * 0.37 + double(t)));
+    }
+    optimizer.update(m.parameters(), g, s, 0, t);
+  };
+  for (int t = 1; t <= 3; ++t) step(a, state, t);
+  save_checkpoint(dir.path / "o.safetensors", a, optimizer, state, Progress{.step = 3});
+
+  Model b = make_model(2);
+  auto restored = optimizer.make_state(Model::arena_size);
+  Progress const p = load_checkpoint(dir.path / "o.safetensors", b, optimizer, restored);
+  CHECK(p.step == 3);
+  for (int t = 4; t <= 6; ++t) {
+    step(a, state, t);
+    step(b, restored, t);
+  }
+  CHECK(weights(a) == weights(b));
+  // Without the moments the continuation differs: the test can fail.
+  Model c = make_model(2);
+  load_checkpoint(dir.path / "o.safetensors", c);
+  auto fresh = optimizer.make_state(Model::arena_size);
+  for (int t = 4; t <= 6; ++t) step(c, fresh, t);
+  CHECK(weights(c) != weights(a));
+}
+
+TEST_CASE("an optimizer state the checkpoint lacks is a ConfigError naming both optimizers") {
+  TempDir dir;
+  Model m = make_model(1);
+  Adam const adam{};
+  auto adam_state = adam.make_state(Model::arena_size);
+  save_checkpoint(dir.path / "adam.safetensors", m, adam, adam_state);
+  Sgd const sgd{.momentum = 0.9f};
+  auto sgd_state = sgd.make_state(Model::arena_size);
+  CHECK(error_of<ConfigError>([&] { (void)load_checkpoint(dir.path / "adam.safetensors", m, sgd, sgd_state); })
+            .find("it holds the state of optimizer 'Adam', the run uses Sgd") != std::string::npos);
+  save_checkpoint(dir.path / "weights.safetensors", m);
+  CHECK(error_of<ConfigError>([&] { (void)load_checkpoint(dir.path / "weights.safetensors", m, adam, adam_state); })
+            .find("none (weights only)") != std::string::npos);
+}
+
+TEST_CASE("CheckpointManager keeps the newest max_to_keep and falls back past a damaged newest file") {
+  TempDir dir;
+  Model m = make_model(1);
+  TrainingState state = training_state(m);
+  {
+    spill(dir.path / ".ckpt-9.safetensors.tmp-123-0", "left by a killed writer");
+    CheckpointManager manager(dir.path, 2);
+    CHECK(!std::filesystem::exists(dir.path / ".ckpt-9.safetensors.tmp-123-0"));
+    CHECK(!manager.latest());
+    CHECK(!manager.restore(state));
+    for (std::int64_t step : {10, 20, 30}) {
+      state.progress.step = step;
+      m.parameters()[0] = float(step);
+      manager.save(state);
+    }
+    CHECK(manager.checkpoints() == std::vector<std::filesystem::path>{dir.path / "ckpt-20.safetensors",
+                                                                     dir.path / "ckpt-30.safetensors"});
+    CHECK(*manager.latest() == dir.path / "ckpt-30.safetensors");
+    for (auto const& entry : std::filesystem::directory_iterator(dir.path))  // no temporary left behind
+      CHECK(!io::is_abandoned_temporary(entry.path()));
+
+    std::string bytes = slurp(dir.path / "ckpt-30.safetensors");
+    spill(dir.path / "ckpt-30.safetensors", bytes.substr(0, bytes.size() / 2));
+    m.parameters()[0] = -1.0f;
+    auto const report = manager.restore(state);
+    REQUIRE(report);
+    CHECK(report->path == dir.path / "ckpt-20.safetensors");
+    REQUIRE(report->skipped.size() == 1);
+    CHECK(report->skipped[0].second.find("(truncated)") != std::string::npos);
+    CHECK(m.parameters()[0] == 20.0f);
+    CHECK(state.progress.step == 20);
+
+    spill(dir.path / "ckpt-20.safetensors", "garbage");
+    CHECK(error_of<IoError>([&] { (void)manager.restore(state); }).find("no checkpoint could be read") != std::string::npos);
+    manager.clear();
+    CHECK(manager.checkpoints().empty());
+  }
+  CHECK(error_of<ConfigError>([&] { CheckpointManager(dir.path, 0); }).find("max_to_keep 0 must be >= 1") != std::string::npos);
+}
+
+TEST_CASE("a write that fails part-way (file size limit) leaves the old checkpoint intact and no temporary") {
+  TempDir dir;
+  auto const path = dir.path / "c.safetensors";
+  save_checkpoint(path, make_model(1));
+  std::string const before = slurp(path);
+  pid_t const child = fork();
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit const limit{64 * 1024, 64 * 1024};  // the model is ~75 KB
+    setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      save_checkpoint(path, make_model(2));
+    } catch (IoError const& e) {
+      _exit(std::string(e.what()).find("write failed: File too large") != std::string::npos ? 42 : 1);
+    }
+    _exit(2);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 42);
+  CHECK(slurp(path) == before);
+  for (auto const& entry : std::filesystem::directory_iterator(dir.path)) CHECK(!io::is_abandoned_temporary(entry.path()));
+  CHECK(error_of<IoError>([&] { save_checkpoint(dir.path / "no/such/dir/c.safetensors", make_model(1)); })
+            .find("create failed: No such file or directory") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint written by Mirrored<4> loads into OneDevice and Mirrored<2>, and they continue alike") {
+  TempDir dir;
+  FitOptions const options{.epochs = 2, .batch_size = 40, .seed = 3};
+  Model four = make_model(1);
+  ModelCheckpoint checkpoint{.directory = dir.path / "m4", .max_to_keep = 1};
+  Trainer<Mirrored<4>>().fit(four, Adam{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 40, .seed = 3},
+                             checkpoint);
+  REQUIRE(checkpoint.last_saved);
+  auto const file = io::SafetensorsFile::read(*checkpoint.last_saved);
+  CHECK(file.metadata().at("config") == "Mirrored<4>, Cpu, FullPrecision, GradAccum<1>, BucketBytes<26214400>, NoCompression");
+  CHECK(file.metadata().at("epoch") == "1");
+  CHECK(file.names().size() == 4 + 8);  // weights once, plus m and v: nothing per replica
+
+  // Resume the same run (epoch 2 of 2) on three strategies from the Mirrored<4> checkpoint.
+  auto resume = [&]<class T>(T trainer, std::string const& name) {
+    std::filesystem::copy_file(*checkpoint.last_saved, dir.path / name / "backup-10.safetensors",
+                               (std::filesystem::create_directories(dir.path / name),
+                                std::filesystem::copy_options::overwrite_existing));
+    Model m = make_model(77);
+    BackupAndRestore backup{.directory = dir.path / name};
+    History const h = trainer.fit(m, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup);
+    CHECK(backup.restored);
+    CHECK(h.epochs() == 2);
+    return weights(m);
+  };
+  auto const on_four = resume(Trainer<Mirrored<4>>{}, "a");
+  auto const on_one = resume(Trainer<OneDevice>{}, "b");
+  auto const on_two = resume(Trainer<Mirrored<2>>{}, "c");
+  Model straight = make_model(1);
+  Trainer<Mirrored<4>>().fit(straight, Adam{}, SoftmaxCrossEntropy{}, fashion(), options);
+  CHECK(on_four == weights(straight));  // same strategy: bit for bit
+  auto close = [](std::vector<float> const& x, std::vector<float> const& y) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(y[i]) * y[i];
+    return std::sqrt(num / den);
+  };
+  CHECK(close(on_one, on_four) < 1e-5);  // other reduction orders: fp32 rounding only
+  CHECK(close(on_two, on_four) < 1e-5);
+}
+
+TEST_CASE_TEMPLATE("BackupAndRestore: a crashed fit resumes bit for bit, history included", T, Trainer<OneDevice>,
+                   Trainer<Mirrored<2>, GradAccum<2>>, Trainer<Mirrored<3>>) {
+  TempDir dir;
+  FitOptions const options{.epochs = 3, .batch_size = 30, .validation = fashion().take(60), .seed = 11};
+  Model straight = make_model(1);
+  History const reference = T().fit(straight, Adam{}, SoftmaxCrossEntropy{}, fashion(), options);
+
+  for (std::int64_t crash_step : {std::int64_t(4), std::int64_t(T::config::accumulation_steps == 2 ? 7 : 14), std::int64_t(20)}) {
+    CAPTURE(crash_step);
+    BackupAndRestore backup{.directory = dir.path / "backup", .every_steps = 3};
+    Model first = make_model(1);
+    CHECK_THROWS_WITH(T().fit(first, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup, CrashAt{crash_step}),
+                      "simulated crash");
+    Model second = make_model(2);  // a new process would start from different weights
+    History const resumed = T().fit(second, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup);
+    REQUIRE(backup.restored);
+    CHECK(weights(second) == weights(straight));
+    CHECK(resumed["loss"] == reference["loss"]);
+    CHECK(resumed["val_accuracy"] == reference["val_accuracy"]);
+    CHECK(CheckpointManager(dir.path / "backup").checkpoints().empty());  // deleted after success
+  }
+}
+
+TEST_CASE("BackupAndRestore refuses a backup of a run with other FitOptions, and changes nothing") {
+  TempDir dir;
+  BackupAndRestore backup{.directory = dir.path, .every_steps = 2, .delete_on_success = false};
+  Model m = make_model(1);
+  Trainer<>().fit(m, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 50, .seed = 1}, backup);
+  Model other = make_model(4);
+  auto const before = weights(other);
+  std::string const message = error_of<ConfigError>([&] {
+    Trainer<>().fit(other, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 2, .batch_size = 40, .seed = 1}, backup);
+  });
+  CHECK(message.find("seed 1 and batch_size 50; this run has seed 1 and batch_size 40") != std::string::npos);
+  CHECK(weights(other) == before);
+}
+
+TEST_CASE("ModelCheckpoint: every N steps, or the best epochs only") {
+  TempDir dir;
+  Model m = make_model(1);
+  ModelCheckpoint steps{.directory = dir.path / "steps", .every_steps = 4, .max_to_keep = 100};
+  Trainer<>().fit(m, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 2, .batch_size = 40, .seed = 1}, steps);
+  CHECK(steps.saves == 5);  // steps 4, 8, ..., 20 of 20
+  CHECK(CheckpointManager(dir.path / "steps").checkpoints().size() == 5);
+
+  ModelCheckpoint best{.directory = dir.path / "best", .save_best_only = true, .monitor = "val_loss",
+                       .save_weights_only = true, .max_to_keep = 100};
+  History const h = Trainer<>().fit(m, Adam{.lr = 0.02f}, SoftmaxCrossEntropy{}, fashion(),
+                                    {.epochs = 6, .batch_size = 40, .validation = fashion().take(50), .seed = 1}, best);
+  int improvements = 0;
+  double lowest = 1e300;
+  for (double v : h["val_loss"])
+    if (v < lowest) lowest = v, ++improvements;
+  CHECK(best.saves == improvements);
+  CHECK(best.best == lowest);
+  auto const last = io::SafetensorsFile::read(*best.last_saved);
+  CHECK(last.names().size() == 4);  // weights only
+  CHECK(error_of<ConfigError>([&] {
+          Trainer<>().fit(m, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.batch_size = 40},
+                          ModelCheckpoint{.directory = dir.path, .every_steps = 2, .save_best_only = true});
+        }).find("save_best_only compares epoch metrics") != std::string::npos);
+}
