@@ -7,10 +7,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <random>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "strata.hpp"
@@ -410,3 +416,89 @@ TEST_CASE("ModelCheckpoint: every N steps, or the best epochs only") {
                           ModelCheckpoint{.directory = dir.path, .every_steps = 2, .save_best_only = true});
         }).find("save_best_only compares epoch metrics") != std::string::npos);
 }
+
+#ifdef STRATA_CHECKPOINT_WORKER
+namespace {
+struct Outcome {
+  bool killed = false;  // ended by SIGKILL
+  int exit_code = -1;
+};
+
+// Runs the worker; kills it after `kill_after` (if given) unless it has finished by then.
+Outcome run_worker(std::filesystem::path const& dir, std::filesystem::path const& result,
+                   std::vector<std::string> extra = {}, std::optional<std::chrono::milliseconds> kill_after = {}) {
+  std::vector<std::string> args{STRATA_CHECKPOINT_WORKER, dir.string(), result.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  pid_t const child = fork();
+  if (child == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (kill_after) {
+    auto const deadline = std::chrono::steady_clock::now() + *kill_after;
+    while (waitpid(child, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } else {
+    waitpid(child, &status, 0);
+  }
+  return {WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+bool has_abandoned_temporary(std::filesystem::path const& dir) {
+  for (auto const& entry : std::filesystem::directory_iterator(dir))
+    if (io::is_abandoned_temporary(entry.path())) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("SIGKILL at any moment, even mid-save: the restarted run ends bit-identical to an uninterrupted one") {
+  TempDir dir;
+  auto const started = std::chrono::steady_clock::now();
+  REQUIRE(run_worker(dir.path / "reference", dir.path / "reference.bin").exit_code == 0);
+  auto const run_ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+  std::string const reference = slurp(dir.path / "reference.bin");
+  REQUIRE(reference.size() > 4 * 50000);
+
+  auto resume_and_compare = [&](std::filesystem::path const& backup) {
+    REQUIRE(run_worker(backup, dir.path / "resumed.bin").exit_code == 0);
+    CHECK(slurp(dir.path / "resumed.bin") == reference);
+  };
+  // Killed before step N's backup (N = 1, mid-epoch, the last step of epoch 1, in epoch 3).
+  for (int step : {1, 13, 24, 50}) {
+    CAPTURE(step);
+    auto const backup = dir.path / ("step-" + std::to_string(step));
+    REQUIRE(run_worker(backup, dir.path / "killed.bin", {"--kill-at-step", std::to_string(step)}).killed);
+    resume_and_compare(backup);
+  }
+  // Killed while writing the K-th backup: its temporary file is left, the previous backup is used.
+  for (int k : {1, 5, 30}) {
+    CAPTURE(k);
+    auto const backup = dir.path / ("save-" + std::to_string(k));
+    REQUIRE(run_worker(backup, dir.path / "killed.bin", {"--kill-during-save", std::to_string(k)}).killed);
+    CHECK(has_abandoned_temporary(backup));
+    resume_and_compare(backup);
+  }
+  // Killed from outside at random moments, several times in a row, then left to finish.
+  auto const backup = dir.path / "random";
+  std::mt19937 rng(2026);
+  int kills = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto const delay = std::chrono::milliseconds(std::uniform_int_distribution<int>(run_ms / 10, run_ms * 9 / 10)(rng));
+    kills += run_worker(backup, dir.path / "killed.bin", {}, delay).killed;
+  }
+  MESSAGE("an uninterrupted run takes " << run_ms << " ms; random-time kills that landed: " << kills << " of 4");
+  resume_and_compare(backup);
+}
+#endif

@@ -298,9 +298,10 @@ class SafetensorsFile {
     for (auto const& d : *shape) {
       if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t{1} << 40))
         fail("tensor '", name, "' has a shape entry that is not a size: ", d.dump());
-      e.shape.push_back(std::int64_t(d.get<std::uint64_t>()));
-      count *= d.get<std::uint64_t>();
-      if (count > (std::uint64_t{1} << 40)) fail("tensor '", name, "' has more than 2^40 elements");
+      std::uint64_t const extent = d.get<std::uint64_t>();
+      e.shape.push_back(std::int64_t(extent));
+      if (extent != 0 && count > (std::uint64_t{1} << 40) / extent) fail("tensor '", name, "' has more than 2^40 elements");
+      count *= extent;
     }
     for (auto const& o : *offsets)
       if (!o.is_number_unsigned()) fail("tensor '", name, "' has a data offset that is not a byte position: ", o.dump());
