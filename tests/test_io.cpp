@@ -377,6 +377,24 @@ TEST_CASE_TEMPLATE("BackupAndRestore: a crashed fit resumes bit for bit, history
   }
 }
 
+TEST_CASE("ModelCheckpoint(save_best_only) after a resume keeps the best of the whole history") {
+  TempDir dir;
+  FitOptions const options{.epochs = 4, .batch_size = 40, .validation = fashion().take(50), .seed = 2};
+  BackupAndRestore backup{.directory = dir.path / "backup"};
+  ModelCheckpoint best{.directory = dir.path / "best", .save_best_only = true, .save_weights_only = true};
+  Model m = make_model(1);
+  CHECK_THROWS(Trainer<>().fit(m, Adam{.lr = 0.02f}, SoftmaxCrossEntropy{}, fashion(), options, backup, best, CrashAt{35}));
+  int const saves_before = best.saves;
+  History const h = Trainer<>().fit(m, Adam{.lr = 0.02f}, SoftmaxCrossEntropy{}, fashion(), options, backup, best);
+  double lowest = 1e300;
+  for (double v : h["val_loss"]) lowest = std::min(lowest, v);
+  CHECK(h.epochs() == 4);
+  CHECK(best.best == lowest);
+  CAPTURE(saves_before);
+  auto const saved = io::SafetensorsFile::read(*best.last_saved);
+  CHECK(saved.metadata().at("step") != "0");  // named and stamped with the step it was taken at
+}
+
 TEST_CASE("BackupAndRestore refuses a backup of a run with other FitOptions, and changes nothing") {
   TempDir dir;
   BackupAndRestore backup{.directory = dir.path, .every_steps = 2, .delete_on_success = false};

@@ -37,7 +37,7 @@ struct ModelCheckpoint {
   std::optional<io::CheckpointManager> manager{};
   std::int64_t last_step = -1;
 
-  void on_train_begin(TrainBegin const&, io::TrainingState const&) {
+  void on_train_begin(TrainBegin const&, io::TrainingState const& state) {
     if (every_steps < 0)
       throw ConfigError(strata::detail::message("ModelCheckpoint: every_steps ", every_steps, " must be >= 0"));
     if (save_best_only && every_steps != 0)
@@ -45,6 +45,11 @@ struct ModelCheckpoint {
     manager.emplace(directory, max_to_keep);
     best = std::numeric_limits<double>::quiet_NaN();
     last_step = -1;
+    // A resumed run (BackupAndRestore listed before this callback) carries the history of
+    // its completed epochs: the best so far is the one to beat.
+    if (auto const it = state.progress.history.find(monitor); save_best_only && it != state.progress.history.end())
+      for (double value : it->second)
+        if (improves(value, best, monitor, mode)) best = value;
   }
 
   void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
@@ -70,6 +75,7 @@ struct ModelCheckpoint {
       weights.model = state.model;
       weights.config = state.config;
       weights.weights = state.weights;
+      weights.progress = state.progress;  // metadata only: where training was
       last_saved = manager->save(weights);
     } else {
       last_saved = manager->save(state);
