@@ -105,6 +105,38 @@ TEST_CASE("safetensors: the file layout is the specification's, values and metad
   CHECK(foreign.f32("x", {1})[0] == 1.0f);
 }
 
+TEST_CASE("the header JSON reader accepts exactly what nlohmann/json accepts, and quote() round-trips") {
+  std::vector<std::string> const inputs{
+      R"({})", R"({"a":1})", R"( {"a" : [1, 2.5, -3e-2, true, false, null, {"b": "c"}]} )", R"({"s":"\"\\\/\b\f\n\r\t"})",
+      R"({"u":"\u00e9\u20ac\ud83d\ude00"})", R"([])", R"("text")", R"(0)", R"({"a":1,})", R"({"a" 1})", R"({a:1})",
+      R"({"a":01})", R"({"a":1.})", R"({"a":.5})", R"({"a":1e})", R"({"a":"\x"})", R"({"a":"\ud800"})",
+      R"({"a":"\udc00x"})", "{\"a\":\"\x01\"}", R"({"a":tru})", R"({"a":[1,2})", R"({"a":1} x)", R"({"a":-})", "",
+      std::string(100, '[') + std::string(100, ']')};
+  for (auto const& input : inputs) {
+    CAPTURE(input);
+    bool const reference = nlohmann::json::accept(input) &&
+                           input != std::string(100, '[') + std::string(100, ']');  // strata stops at depth 64
+    bool ours = true;
+    try {
+      (void)io::json::parse(input, "test");
+    } catch (IoError const& e) {
+      ours = false;
+      CHECK(std::string(e.what()).find("test: the JSON header is malformed at byte") == 0);
+    }
+    CHECK(ours == reference);
+  }
+  auto const v = io::json::parse(R"({"u":"\u00e9\u20ac\ud83d\ude00","n":[18446744073709551615, 18446744073709551616, -1]})", "t");
+  CHECK(v.find("u")->text == nlohmann::json::parse(R"("\u00e9\u20ac\ud83d\ude00")").get<std::string>());
+  std::uint64_t size = 0;
+  CHECK(v.find("n")->items[0].as_size(size));
+  CHECK(size == 18446744073709551615ull);
+  CHECK(!v.find("n")->items[1].as_size(size));  // overflows 64 bits
+  CHECK(!v.find("n")->items[2].as_size(size));
+  std::string const awkward = "quote \" backslash \\ newline \n tab \t bell \x07 é";
+  CHECK(nlohmann::json::parse(io::json::quote(awkward)).get<std::string>() == awkward);
+  CHECK(io::json::parse(io::json::quote(awkward), "t").text == awkward);
+}
+
 TEST_CASE("weights round-trip bit for bit, in Keras' (In, Out) kernel layout") {
   TempDir dir;
   Model const model = make_model(3);
@@ -159,7 +191,7 @@ TEST_CASE("damaged checkpoints: every kind is an IoError naming the file, and th
   expect(step, "checksum mismatch");
   std::string json = good;
   json[8] = '[';
-  expect(json, "not a JSON object");
+  expect(json, "the JSON header is malformed at byte");
   std::string huge = good;
   huge[7] = '\x7f';
   expect(huge, "exceeds the");

@@ -21,9 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "strata/core/error.hpp"
+#include "strata/io/json.hpp"
 #include "strata/io/safetensors.hpp"
 #include "strata/io/training_state.hpp"
 
@@ -41,12 +40,14 @@ inline std::string exact(double value) {  // round-trips bit for bit
 }
 
 inline Metadata progress_metadata(Progress const& p) {
-  // Metric values as exact decimal strings: JSON numbers cannot hold a NaN loss.
-  nlohmann::json history = nlohmann::json::object();
+  // {"loss": ["0.51", ...], ...}: values as exact decimal strings, since JSON numbers cannot hold a NaN loss.
+  std::string history = "{";
   for (auto const& [name, values] : p.history) {
-    auto& list = history[name] = nlohmann::json::array();
-    for (double v : values) list.push_back(exact(v));
+    history.append(history.size() > 1 ? "," : "").append(json::quote(name)).append(":[");
+    for (std::size_t i = 0; i < values.size(); ++i) history.append(i ? "," : "").append(json::quote(exact(values[i])));
+    history += "]";
   }
+  history += "}";
   return {{"step", std::to_string(p.step)},
           {"epoch", std::to_string(p.epoch)},
           {"batch", std::to_string(p.batch)},
@@ -56,7 +57,7 @@ inline Metadata progress_metadata(Progress const& p) {
           {"epoch_loss_sum", exact(p.epoch_loss_sum)},
           {"epoch_correct", std::to_string(p.epoch_correct)},
           {"epoch_samples", std::to_string(p.epoch_samples)},
-          {"history", history.dump()}};
+          {"history", history}};
 }
 
 class MetadataReader {
@@ -99,18 +100,15 @@ class MetadataReader {
     p.epoch_loss_sum = real("epoch_loss_sum");
     p.epoch_correct = integer<std::int64_t>("epoch_correct");
     p.epoch_samples = integer<std::int64_t>("epoch_samples");
-    auto const history = nlohmann::json::parse(text("history"), nullptr, false);
+    json::Value const history = json::parse(text("history"), file_.source() + " (metadata 'history')");
     bool valid = history.is_object();
-    if (valid) {
-      for (auto const& [name, values] : history.items()) {
-        if (!values.is_array()) valid = false;
-        for (std::size_t i = 0; valid && i < values.size(); ++i) {
-          std::string const text = values[i].is_string() ? values[i].get<std::string>() : std::string();
-          char* end = nullptr;
-          double const value = std::strtod(text.c_str(), &end);
-          valid = !text.empty() && end == text.c_str() + text.size();
-          p.history[name].push_back(value);
-        }
+    for (auto const& [name, values] : history.members) {
+      valid = valid && values.is_array();
+      for (auto const& v : values.items) {
+        char* end = nullptr;
+        double const value = std::strtod(v.text.c_str(), &end);
+        valid = valid && v.is_string() && !v.text.empty() && end == v.text.c_str() + v.text.size();
+        p.history[name].push_back(value);
       }
     }
     if (!valid)

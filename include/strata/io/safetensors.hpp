@@ -25,15 +25,15 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "strata/core/error.hpp"
 #include "strata/io/atomic_file.hpp"
+#include "strata/io/json.hpp"
 
 namespace strata::io {
 
@@ -108,12 +108,13 @@ inline std::string checksum_text(std::uint32_t crc) {
 
 }  // namespace detail
 
-// Writes `tensors` and `metadata` to `path` atomically (see write_file_atomically).
+// Writes `tensors` and `metadata` to `path` atomically (see write_file_atomically). The
+// data is streamed once: each piece is checksummed and handed to the disk, and the header,
+// whose checksum has a fixed width, is completed in place at the end.
 inline void write_safetensors(std::filesystem::path const& path, std::span<TensorRef const> tensors, Metadata metadata) {
   std::vector<detail::Entry> entries;
   entries.reserve(tensors.size());
   std::uint64_t offset = 0;
-  std::uint32_t crc = detail::crc32_update(0, nullptr, 0);
   for (auto const& t : tensors) {
     std::int64_t count = 1;
     for (auto d : t.shape) count *= d;
@@ -123,29 +124,51 @@ inline void write_safetensors(std::filesystem::path const& path, std::span<Tenso
     std::uint64_t const bytes = t.values.size() * sizeof(float);
     entries.push_back({t.name, "F32", t.shape, offset, offset + bytes});
     offset += bytes;
-    crc = detail::crc32_update(crc, t.values.data(), bytes);
   }
   metadata.erase(std::string(checksum_key));
   std::string const canonical = detail::canonical_header(entries, metadata);
-  metadata[std::string(checksum_key)] = detail::checksum_text(detail::crc32_update(crc, canonical.data(), canonical.size()));
-
-  nlohmann::json header = nlohmann::json::object();
-  header["__metadata__"] = metadata;
-  for (auto const& e : entries) {
-    if (e.name == "__metadata__" || header.contains(e.name))
+  std::set<std::string_view> names{"__metadata__"};
+  for (auto const& e : entries)
+    if (!names.insert(e.name).second)
       throw Error(strata::detail::message("write_safetensors: tensor name '", e.name, "' is used twice or reserved"));
-    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
-  }
-  std::string json = header.dump();
-  json.append((8 - json.size() % 8) % 8, ' ');
+  auto header_for = [&](std::uint32_t crc) {
+    metadata[std::string(checksum_key)] = detail::checksum_text(crc);
+    std::string json = "{\"__metadata__\":{";
+    for (auto const& [key, value] : metadata)
+      json.append(json.back() == '{' ? "" : ",").append(json::quote(key)).append(":").append(json::quote(value));
+    json += "}";
+    for (auto const& e : entries) {
+      json.append(",").append(json::quote(e.name)).append(":{\"dtype\":").append(json::quote(e.dtype));
+      json.append(",\"shape\":[");
+      for (std::size_t i = 0; i < e.shape.size(); ++i) json.append(i ? "," : "").append(std::to_string(e.shape[i]));
+      json.append("],\"data_offsets\":[").append(std::to_string(e.begin)).append(",").append(std::to_string(e.end));
+      json.append("]}");
+    }
+    json += "}";
+    json.append((8 - json.size() % 8) % 8, ' ');
+    return json;
+  };
+  std::string const placeholder = header_for(0);
   unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(json.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(placeholder.size()) >> (8 * i));
 
-  std::vector<std::span<std::byte const>> pieces;
-  pieces.push_back(std::as_bytes(std::span(length)));
-  pieces.push_back(std::as_bytes(std::span(json.data(), json.size())));
-  for (auto const& t : tensors) pieces.push_back(std::as_bytes(t.values));
-  write_file_atomically(path, pieces);
+  write_file_atomically(path, [&](FileWriter& out) {
+    out.append(std::as_bytes(std::span(length)));
+    out.append(std::as_bytes(std::span(placeholder.data(), placeholder.size())));
+    std::uint32_t crc = detail::crc32_update(0, nullptr, 0);
+    constexpr std::size_t piece = std::size_t{4} << 20;  // checksummed while in cache, then written
+    for (auto const& t : tensors) {
+      auto const all = std::as_bytes(t.values);
+      for (std::size_t at = 0; at < all.size(); at += piece) {
+        auto const part = all.subspan(at, std::min(piece, all.size() - at));
+        crc = detail::crc32_update(crc, part.data(), part.size());
+        out.append(part);
+      }
+    }
+    std::string const header = header_for(detail::crc32_update(crc, canonical.data(), canonical.size()));
+    if (header.size() != placeholder.size()) throw Error("write_safetensors: the header changed length");  // cannot happen
+    out.write_at(std::as_bytes(std::span(header.data(), header.size())), 8);
+  });
 }
 
 // A safetensors file read into memory and validated: header structure, sizes, offsets
@@ -171,8 +194,17 @@ class SafetensorsFile {
     std::uint64_t const data_bytes = size - 8 - header_bytes;
     file.parse_header(header, data_bytes);
     file.allocate(data_bytes);
-    read_exactly(fd.get(), file.data_.get(), data_bytes, 8 + header_bytes, name);
-    file.verify_checksum();
+    // Read and checksum piece by piece, so each piece is summed while it is still in cache
+    // and the next one is already being read ahead by the kernel.
+    ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    std::uint32_t crc = detail::crc32_update(0, nullptr, 0);
+    constexpr std::uint64_t piece = std::uint64_t{4} << 20;
+    for (std::uint64_t at = 0; at < data_bytes; at += piece) {
+      std::uint64_t const n = std::min(piece, data_bytes - at);
+      read_exactly(fd.get(), file.data_.get() + at, n, 8 + header_bytes + at, name);
+      crc = detail::crc32_update(crc, file.data_.get() + at, n);
+    }
+    file.verify_checksum(crc);
     return file;
   }
 
@@ -190,7 +222,7 @@ class SafetensorsFile {
     file.parse_header(header, data_bytes);
     file.allocate(data_bytes);
     std::memcpy(file.data_.get(), bytes.data() + 8 + header_bytes, data_bytes);
-    file.verify_checksum();
+    file.verify_checksum(detail::crc32_update(detail::crc32_update(0, nullptr, 0), file.data_.get(), data_bytes));
     return file;
   }
 
@@ -255,14 +287,16 @@ class SafetensorsFile {
   }
 
   void parse_header(std::string const& header, std::uint64_t data_bytes) {
-    nlohmann::json json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object()) fail("the header is not a JSON object (corrupted or not a safetensors file)");
-    for (auto const& [name, value] : json.items()) {
+    json::Value const root = json::parse(header, source_);
+    if (!root.is_object()) fail("the header is not a JSON object (corrupted or not a safetensors file)");
+    std::set<std::string_view> seen;
+    for (auto const& [name, value] : root.members) {
+      if (!seen.insert(name).second) fail("the header names '", name, "' twice");
       if (name == "__metadata__") {
         if (!value.is_object()) fail("__metadata__ is not an object of strings");
-        for (auto const& [key, text] : value.items()) {
+        for (auto const& [key, text] : value.members) {
           if (!text.is_string()) fail("__metadata__ entry '", key, "' is not a string");
-          metadata_[key] = text.get<std::string>();
+          metadata_[key] = text.text;
         }
         continue;
       }
@@ -281,32 +315,30 @@ class SafetensorsFile {
            expected > data_bytes ? " (truncated)" : " (trailing bytes)");
   }
 
-  detail::Entry parse_entry(std::string const& name, nlohmann::json const& value) const {
+  detail::Entry parse_entry(std::string const& name, json::Value const& value) const {
     if (!value.is_object()) fail("tensor '", name, "' is not an object");
-    auto const dtype = value.find("dtype");
-    auto const shape = value.find("shape");
-    auto const offsets = value.find("data_offsets");
-    if (dtype == value.end() || !dtype->is_string() || shape == value.end() || !shape->is_array() ||
-        offsets == value.end() || !offsets->is_array() || offsets->size() != 2)
+    json::Value const* dtype = value.find("dtype");
+    json::Value const* shape = value.find("shape");
+    json::Value const* offsets = value.find("data_offsets");
+    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets || !offsets->is_array() ||
+        offsets->items.size() != 2)
       fail("tensor '", name, "' needs \"dtype\" (string), \"shape\" (array) and \"data_offsets\" ([begin, end])");
     detail::Entry e;
     e.name = name;
-    e.dtype = dtype->get<std::string>();
+    e.dtype = dtype->text;
     std::size_t const element = detail::dtype_bytes(e.dtype);
     if (element == 0) fail("tensor '", name, "' has an unknown dtype '", e.dtype, "'");
+    constexpr std::uint64_t max_elements = std::uint64_t{1} << 40;
     std::uint64_t count = 1;
-    for (auto const& d : *shape) {
-      if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t{1} << 40))
-        fail("tensor '", name, "' has a shape entry that is not a size: ", d.dump());
-      std::uint64_t const extent = d.get<std::uint64_t>();
+    for (auto const& d : shape->items) {
+      std::uint64_t extent = 0;
+      if (!d.as_size(extent, max_elements)) fail("tensor '", name, "' has a shape entry that is not a size: ", d.text);
       e.shape.push_back(std::int64_t(extent));
-      if (extent != 0 && count > (std::uint64_t{1} << 40) / extent) fail("tensor '", name, "' has more than 2^40 elements");
+      if (extent != 0 && count > max_elements / extent) fail("tensor '", name, "' has more than 2^40 elements");
       count *= extent;
     }
-    for (auto const& o : *offsets)
-      if (!o.is_number_unsigned()) fail("tensor '", name, "' has a data offset that is not a byte position: ", o.dump());
-    e.begin = (*offsets)[0].get<std::uint64_t>();
-    e.end = (*offsets)[1].get<std::uint64_t>();
+    if (!offsets->items[0].as_size(e.begin) || !offsets->items[1].as_size(e.end))
+      fail("tensor '", name, "' has a data offset that is not a byte position");
     if (e.end < e.begin || e.end - e.begin != count * element)
       fail("tensor '", name, "' of shape ", detail::shape_text(e.shape), " and dtype ", e.dtype, " needs ",
            count * element, " bytes but its data_offsets [", e.begin, ", ", e.end, ") span ",
@@ -315,11 +347,11 @@ class SafetensorsFile {
     return e;
   }
 
-  void verify_checksum() const {
+  // `data_crc`: the CRC-32 of the whole data section (which parse_header matched to the entries).
+  void verify_checksum(std::uint32_t data_crc) const {
     auto const it = metadata_.find(std::string(checksum_key));
     if (it == metadata_.end()) return;
-    std::uint64_t const bytes = entries_.empty() ? 0 : entries_.back().end;
-    std::uint32_t crc = detail::crc32_update(detail::crc32_update(0, nullptr, 0), data_.get(), bytes);
+    std::uint32_t const crc = data_crc;
     std::string const canonical = detail::canonical_header(entries_, metadata_);
     std::string const actual = detail::checksum_text(detail::crc32_update(crc, canonical.data(), canonical.size()));
     if (actual != it->second)
