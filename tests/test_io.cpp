@@ -427,6 +427,31 @@ TEST_CASE("ModelCheckpoint(save_best_only) after a resume keeps the best of the 
   CHECK(saved.metadata().at("step") != "0");  // named and stamped with the step it was taken at
 }
 
+TEST_CASE("EarlyStopping after a resume replays the history and stops after the same epoch") {
+  TempDir dir;
+  FitOptions const options{.epochs = 12, .batch_size = 40, .validation = fashion().take(60), .seed = 4};
+  Adam const fast{.lr = 0.01f};
+  Model straight = make_model(1);
+  EarlyStopping reference{.monitor = "val_loss", .patience = 1};
+  History const h = Trainer<>().fit(straight, fast, SoftmaxCrossEntropy{}, fashion(), options, reference);
+  REQUIRE(reference.stopped_epoch >= 2);  // the test needs an epoch to crash in before the stop
+  CAPTURE(reference.stopped_epoch);
+
+  BackupAndRestore backup{.directory = dir.path};
+  EarlyStopping first{.monitor = "val_loss", .patience = 1};
+  std::int64_t const crash_step = 10 * reference.stopped_epoch + 5;  // 10 steps per epoch: inside the stopping epoch
+  Model m = make_model(1);
+  CHECK_THROWS(Trainer<>().fit(m, fast, SoftmaxCrossEntropy{}, fashion(), options, backup, first, CrashAt{crash_step}));
+  EarlyStopping resumed{.monitor = "val_loss", .patience = 1};
+  Model again = make_model(2);
+  History const r = Trainer<>().fit(again, fast, SoftmaxCrossEntropy{}, fashion(), options, backup, resumed);
+  REQUIRE(backup.restored);
+  CHECK(resumed.stopped_epoch == reference.stopped_epoch);
+  CHECK(resumed.best == reference.best);
+  CHECK(r["val_loss"] == h["val_loss"]);
+  CHECK(weights(again) == weights(straight));
+}
+
 TEST_CASE("BackupAndRestore refuses a backup of a run with other FitOptions, and changes nothing") {
   TempDir dir;
   BackupAndRestore backup{.directory = dir.path, .every_steps = 2, .delete_on_success = false};

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "strata/core/error.hpp"
+#include "strata/io/training_state.hpp"
 #include "strata/train/logs.hpp"
 #include "strata/train/monitor.hpp"
 
@@ -24,26 +25,35 @@ struct EarlyStopping {
   int stopped_epoch = -1;
   int wait = 0;
 
-  void on_train_begin(TrainBegin const&) {
+  // A resumed run (BackupAndRestore listed before this callback) replays the restored
+  // history, so it stops after the same epoch as an uninterrupted run would.
+  void on_train_begin(TrainBegin const&, io::TrainingState const& state = {}) {
     if (patience < 0) throw ConfigError(strata::detail::message("EarlyStopping: patience ", patience, " must be >= 0"));
     best = std::numeric_limits<double>::quiet_NaN();
     stopped_epoch = -1;
     wait = 0;
+    if (auto const it = state.progress.history.find(monitor); it != state.progress.history.end())
+      for (double value : it->second) (void)observe(value);
   }
 
   bool on_epoch_end(EpochLogs const& logs) {
-    double const value = monitored_value(logs, monitor, "EarlyStopping");
+    if (observe(monitored_value(logs, monitor, "EarlyStopping"))) {
+      stopped_epoch = logs.epoch;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  // Takes one epoch's value; true when patience has run out.
+  bool observe(double value) {
     bool const improved = improves(value, best, monitor, mode, min_delta);
     if (improved) {
       best = value;
       wait = 0;
       return false;
     }
-    if (++wait > patience) {
-      stopped_epoch = logs.epoch;
-      return true;
-    }
-    return false;
+    return ++wait > patience;
   }
 };
 
