@@ -69,9 +69,7 @@ int main(int argc, char** argv) {
   strata::Progress const p = strata::load_checkpoint(dir / "from_python.safetensors", loaded, adam, loaded_state);
   bool ok = p.step == 4;
   for (auto const& t : Model::parameter_tensors()) {
-    std::size_t count = 1;
-    for (auto d : t.shape) count *= std::size_t(d);
-    for (std::size_t i = t.offset; i < t.offset + count; ++i) {
+    for (std::size_t i = t.offset; i < t.offset + strata::nn::element_count(t.shape); ++i) {
       ok = ok && loaded.parameters()[i] == 2.0f * model.parameters()[i];
       ok = ok && loaded_state.m.data()[i] == state.m.data()[i] && loaded_state.v.data()[i] == state.v.data()[i];
     }

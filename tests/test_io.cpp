@@ -237,11 +237,9 @@ TEST_CASE_TEMPLATE("optimizer state round-trips: continuing after a reload is bi
   auto state = optimizer.make_state(Model::arena_size);
   std::vector<float> g(Model::arena_size);  // zero in the arena's padding, as real gradients are
   auto step = [&](Model& m, auto& s, std::int64_t t) {
-    for (auto const& tensor : Model::parameter_tensors()) {
-      std::size_t count = 1;
-      for (auto d : tensor.shape) count *= std::size_t(d);
-      for (std::size_t i = tensor.offset; i < tensor.offset + count; ++i) g[i] = float(std::sin(double(i) * 0.37 + double(t)));
-    }
+    for (auto const& tensor : Model::parameter_tensors())
+      for (std::size_t i = tensor.offset; i < tensor.offset + nn::element_count(tensor.shape); ++i)
+        g[i] = float(std::sin(double(i) * 0.37 + double(t)));
     optimizer.update(m.parameters(), g, s, 0, t);
   };
   for (int t = 1; t <= 3; ++t) step(a, state, t);

@@ -12,10 +12,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
-#include <map>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -37,6 +37,13 @@ inline std::string exact(double value) {  // round-trips bit for bit
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", value);
   return text;
+}
+
+// The double `text` spells in full (as exact() writes it), or false.
+inline bool parse_exact(std::string const& text, double& value) {
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size();
 }
 
 inline Metadata progress_metadata(Progress const& p) {
@@ -82,9 +89,8 @@ class MetadataReader {
   }
   [[nodiscard]] double real(std::string const& key) const {
     std::string const& s = text(key);
-    char* end = nullptr;
-    double const value = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size())
+    double value = 0.0;
+    if (!parse_exact(s, value))
       throw IoError(strata::detail::message(file_.source(), ": metadata '", key, "' = '", s, "' is not a number"));
     return value;
   }
@@ -105,9 +111,8 @@ class MetadataReader {
     for (auto const& [name, values] : history.members) {
       valid = valid && values.is_array();
       for (auto const& v : values.items) {
-        char* end = nullptr;
-        double const value = std::strtod(v.text.c_str(), &end);
-        valid = valid && v.is_string() && !v.text.empty() && end == v.text.c_str() + v.text.size();
+        double value = 0.0;
+        valid = valid && v.is_string() && parse_exact(v.text, value);
         p.history[name].push_back(value);
       }
     }

@@ -34,6 +34,7 @@
 #include "strata/core/error.hpp"
 #include "strata/io/atomic_file.hpp"
 #include "strata/io/json.hpp"
+#include "strata/nn/layer.hpp"
 
 namespace strata::io {
 
@@ -116,9 +117,7 @@ inline void write_safetensors(std::filesystem::path const& path, std::span<Tenso
   entries.reserve(tensors.size());
   std::uint64_t offset = 0;
   for (auto const& t : tensors) {
-    std::int64_t count = 1;
-    for (auto d : t.shape) count *= d;
-    if (count != std::int64_t(t.values.size()))
+    if (nn::element_count(t.shape) != t.values.size())
       throw ShapeError(strata::detail::message("write_safetensors: tensor '", t.name, "' has shape ",
                                                detail::shape_text(t.shape), " but ", t.values.size(), " values"));
     std::uint64_t const bytes = t.values.size() * sizeof(float);

@@ -48,6 +48,11 @@ struct TrainingState {
   // False between the micro-batches of a GradAccum group: the partial gradients live in
   // per-replica buffers a checkpoint does not hold, so nothing is saved then.
   bool at_step_boundary = true;
+
+  // Whether a save "every `every_steps` optimizer steps" falls due now (never for 0).
+  [[nodiscard]] bool step_due(std::int64_t every_steps) const {
+    return every_steps > 0 && at_step_boundary && progress.step > 0 && progress.step % every_steps == 0;
+  }
 };
 
 namespace detail {
@@ -55,11 +60,7 @@ namespace detail {
 template <class Model>
 std::vector<StateTensor> views(Model const& model, std::span<float> arena) {
   std::vector<StateTensor> out;
-  for (auto const& t : model.parameter_tensors()) {
-    std::size_t count = 1;
-    for (auto d : t.shape) count *= std::size_t(d);
-    out.push_back({t.name, t.shape, arena.subspan(t.offset, count)});
-  }
+  for (auto const& t : model.parameter_tensors()) out.push_back({t.name, t.shape, arena.subspan(t.offset, nn::element_count(t.shape))});
   return out;
 }
 

@@ -30,6 +30,13 @@ struct ParameterTensor {
   std::size_t offset = 0;
 };
 
+// The number of elements of a tensor of `shape`.
+inline std::size_t element_count(std::vector<std::int64_t> const& shape) {
+  std::size_t count = 1;
+  for (auto d : shape) count *= std::size_t(d);
+  return count;
+}
+
 // Requires:
 //   L::input_width       fixed input width, or any_width when the layer takes its width from the previous one
 //   L::output_width(w)   output width for input width w (constexpr)

@@ -47,8 +47,7 @@ struct BackupAndRestore {
   }
 
   void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
-    std::int64_t const step = state.progress.step;
-    if (every_steps > 0 && state.at_step_boundary && step > 0 && step % every_steps == 0) backup(state);
+    if (state.step_due(every_steps)) backup(state);
   }
 
   void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { backup(state, /*always=*/true); }

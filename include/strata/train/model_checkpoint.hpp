@@ -53,8 +53,7 @@ struct ModelCheckpoint {
   }
 
   void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
-    std::int64_t const step = state.progress.step;
-    if (every_steps > 0 && state.at_step_boundary && step > 0 && step % every_steps == 0) save(state);
+    if (state.step_due(every_steps)) save(state);
   }
 
   void on_epoch_end(EpochLogs const& logs, io::TrainingState const& state) {
