@@ -1,60 +1,28 @@
 #pragma once
-// ThreadGroup: N persistent replica threads of one process (the caller is replica 0) and
-// what they need to cooperate: a spin-then-block barrier and a table where each replica
-// publishes the buffer it takes into a collective.
+// ThreadGroup: N persistent replica threads of one process (the caller is replica 0), and
+// the Rendezvous their collectives meet at.
 //
-// A failure in one replica aborts the group: replicas waiting at a barrier wake and
+// A failure in one replica aborts the group: replicas waiting in a collective wake and
 // leave, and run() rethrows the first exception on the caller. Nothing hangs.
 
 #include <atomic>
-#include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "strata/core/aligned_buffer.hpp"
+#include "strata/comm/rendezvous.hpp"
+#include "strata/comm/thread_communicator.hpp"
 #include "strata/core/error.hpp"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace strata::comm {
 
-namespace detail {
-// Tells the core we are spinning (frees the sibling hyper-thread, saves power).
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-// Thrown inside a replica that was woken because another replica failed.
-struct GroupAborted {};
-}  // namespace detail
-
-// The half-open range [begin, end) of an array that one replica owns in a reduce-scatter.
-struct Slice {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-  [[nodiscard]] std::size_t size() const { return end - begin; }
-};
-
-// Splits [0, size) into `parts` consecutive slices that start on cache lines.
-inline Slice owned_slice(std::size_t size, int parts, int part) {
-  std::size_t const chunk = round_up_to_line((size + std::size_t(parts) - 1) / std::size_t(parts));
-  std::size_t const begin = std::min(size, chunk * std::size_t(part));
-  return {begin, std::min(size, begin + chunk)};
-}
-
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int size) : size_(size), published_(std::size_t(size)), published_sizes_(std::size_t(size)) {
-    if (size < 1) throw ConfigError(strata::detail::message("ThreadGroup: size ", size, " must be at least 1"));
+  explicit ThreadGroup(int size, std::chrono::milliseconds timeout = default_timeout)
+      : size_(checked(size)), rendezvous_(size, timeout) {
     for (int rank = 1; rank < size; ++rank) workers_.emplace_back([this, rank] { work(rank); });
   }
   ThreadGroup(ThreadGroup const&) = delete;
@@ -67,6 +35,9 @@ class ThreadGroup {
   }
 
   [[nodiscard]] int size() const { return size_; }
+  [[nodiscard]] Rendezvous& rendezvous() { return rendezvous_; }
+  // Replica `rank`'s handle on the group's collectives.
+  [[nodiscard]] ThreadCommunicator communicator(int rank) { return ThreadCommunicator(rendezvous_, rank); }
 
   // Calls task(rank) on every replica, rank 0 on this thread; returns when all are done.
   // One indirect call per replica per run: the step inside is fully typed.
@@ -79,8 +50,7 @@ class ThreadGroup {
     task_ = &task;
     invoke_ = [](void* t, int rank) { (*static_cast<Task*>(t))(rank); };
     error_ = nullptr;
-    aborted_.store(false, std::memory_order_relaxed);
-    arrived_.store(0, std::memory_order_relaxed);
+    rendezvous_.reset();
     finished_.store(0, std::memory_order_relaxed);
     dispatch_.fetch_add(1, std::memory_order_release);
     dispatch_.notify_all();
@@ -89,44 +59,42 @@ class ThreadGroup {
     if (error_) std::rethrow_exception(error_);
   }
 
-  // Every replica of the group waits here until all have arrived.
-  void barrier() {
-    if (size_ == 1) return;
-    // Read the generation before the abort flag: an abort after this read bumps the generation and wakes us.
-    std::uint32_t const generation = generation_.load();
-    if (aborted_.load()) throw detail::GroupAborted{};
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
-      arrived_.store(0, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-      generation_.notify_all();
-      return;
-    }
-    wait_until([&] { return generation_.load() != generation; }, generation_);
-    if (aborted_.load()) throw detail::GroupAborted{};
+  // Replica `rank` waits here until all have arrived (CommError after the group's timeout).
+  void barrier(int rank) {
+    if (size_ > 1) rendezvous_.arrive_and_wait(rank, "ThreadGroup barrier");
   }
-
-  // Publish this replica's buffer for a collective; read peers' after a barrier.
-  void publish(int rank, float* data, std::size_t size) {
-    published_[std::size_t(rank)] = data;
-    published_sizes_[std::size_t(rank)] = size;
-  }
-  [[nodiscard]] float* const* peers() const { return published_.data(); }
-  [[nodiscard]] std::size_t peer_size(int rank) const { return published_sizes_[std::size_t(rank)]; }
 
  private:
+  static int checked(int size) {
+    if (size < 1) throw ConfigError(strata::detail::message("ThreadGroup: size ", size, " must be at least 1"));
+    return size;
+  }
+
   void execute(int rank) {
     try {
       invoke_(task_, rank);
-    } catch (detail::GroupAborted const&) {
+    } catch (GroupAborted const&) {
       // another replica failed first; its exception is the one reported
     } catch (...) {
+      bool first = false;
       {
         std::lock_guard lock(error_mutex_);
-        if (!error_) error_ = std::current_exception();
+        if (!error_) {
+          error_ = std::current_exception();
+          first = true;
+        }
       }
-      aborted_.store(true);
-      generation_.fetch_add(1);  // wake replicas waiting at a barrier
-      generation_.notify_all();
+      if (first) rendezvous_.abort(strata::detail::message("replica ", rank, " failed: ", describe(error_)));
+    }
+  }
+
+  static std::string describe(std::exception_ptr const& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (std::exception const& e) {
+      return e.what();
+    } catch (...) {
+      return "an exception that is not a std::exception";
     }
   }
 
@@ -142,8 +110,7 @@ class ThreadGroup {
     }
   }
 
-  // Spin briefly (replicas usually arrive within microseconds), then sleep in the kernel
-  // so that more replicas than cores do not burn each other's time.
+  // Between steps a worker may wait for a long time: spin briefly, then block without a deadline.
   template <class Ready, class Atomic>
   static void wait_until(Ready ready, Atomic& word) {
     for (int i = 0; i < 4096; ++i) {
@@ -158,9 +125,8 @@ class ThreadGroup {
   }
 
   int size_;
+  Rendezvous rendezvous_;
   std::vector<std::thread> workers_;
-  std::vector<float*> published_;
-  std::vector<std::size_t> published_sizes_;
 
   void* task_ = nullptr;
   void (*invoke_)(void*, int) = nullptr;
@@ -169,9 +135,6 @@ class ThreadGroup {
 
   alignas(64) std::atomic<std::uint32_t> dispatch_{0};
   alignas(64) std::atomic<int> finished_{0};
-  alignas(64) std::atomic<int> arrived_{0};
-  alignas(64) std::atomic<std::uint32_t> generation_{0};
-  alignas(64) std::atomic<bool> aborted_{false};
   std::atomic<bool> shutting_down_{false};
 };
 

@@ -77,7 +77,7 @@ class StepRunner {
           forward_shard<backend>(*model_, ws, params, loss_, shard, {true, dropout_seed, shard.first_sample});
       model_->template backward<backend>(ws, params, gradients_[std::size_t(r)], shard.features, accumulate);
       if (apply) {
-        group_->barrier();  // every replica's gradients are complete
+        group_->barrier(r);  // every replica's gradients are complete
         update_owned_slice(r);
       }
     };

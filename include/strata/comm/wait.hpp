@@ -1,0 +1,74 @@
+#pragma once
+// Waiting on a 32-bit atomic word with a deadline: spin briefly (peers usually arrive within
+// microseconds), then sleep in the kernel (Linux futex) so that more threads than cores do
+// not burn each other's time. std::atomic::wait has no timeout, which a collective needs.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ctime>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace strata::comm::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Tells the core we are spinning (frees the sibling hyper-thread, saves power).
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Sleeps while `word` still holds `expected`, at most until `deadline`; may wake early.
+inline void sleep_while_equal(std::atomic<std::uint32_t>& word, std::uint32_t expected, Clock::time_point deadline) {
+  auto const left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return;
+#if defined(__linux__)
+  auto const ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  timespec timeout{static_cast<std::time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &timeout, nullptr, 0);
+#else
+  if (word.load(std::memory_order_acquire) == expected)
+    std::this_thread::sleep_for(std::min<Clock::duration>(left, std::chrono::microseconds(50)));
+#endif
+}
+
+// Wakes every thread sleeping on `word` in sleep_while_equal.
+inline void wake_all(std::atomic<std::uint32_t>& word) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+#else
+  (void)word;
+#endif
+}
+
+// Returns true once done(value of word) holds; false if the deadline passes first.
+template <class Done>
+bool wait_for(std::atomic<std::uint32_t>& word, Done done, Clock::time_point deadline) {
+  for (int i = 0; i < 4096; ++i) {
+    if (done(word.load(std::memory_order_acquire))) return true;
+    cpu_relax();
+  }
+  for (;;) {
+    std::uint32_t const value = word.load(std::memory_order_acquire);
+    if (done(value)) return true;
+    if (Clock::now() >= deadline) return false;
+    sleep_while_equal(word, value, deadline);
+  }
+}
+
+}  // namespace strata::comm::detail
