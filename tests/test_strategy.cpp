@@ -1,7 +1,9 @@
 // The custom-loop API: shards, run, reduce, gather, all_reduce, failures that do not hang.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -144,4 +146,94 @@ TEST_CASE("barriers order memory: what one replica wrote before a barrier, all r
     });
     for (int r = 0; r < 4; ++r) REQUIRE(sums[r] == 4 * round + 6);
   }
+}
+
+TEST_CASE("BucketPlan: buckets run from the last layer back, contiguous, at most the bucket size") {
+  std::size_t const offsets[] = {0, 100, 100, 164, 164, 500};  // five layers; 1 and 3 have no parameters
+  auto ranges = [](comm::BucketPlan const& plan) {
+    std::vector<std::array<std::size_t, 4>> out;
+    for (auto const& b : plan.buckets()) out.push_back({b.begin, b.end, b.first_layer, b.last_layer});
+    return out;
+  };
+  using R = std::vector<std::array<std::size_t, 4>>;
+  CHECK(ranges(comm::BucketPlan(offsets, 4)) == R{{164, 500, 4, 4}, {100, 164, 2, 3}, {0, 100, 0, 1}});
+  CHECK(ranges(comm::BucketPlan(offsets, 400)) == R{{164, 500, 4, 4}, {100, 164, 1, 3}, {0, 100, 0, 0}});
+  CHECK(ranges(comm::BucketPlan(offsets, 25u << 20)) == R{{0, 500, 0, 4}});
+  comm::BucketPlan const plan(offsets, 400);
+  CHECK(plan.bucket_of_layer(0) == 2);
+  CHECK(plan.bucket_of_layer(2) == 1);
+  CHECK_THROWS_AS(comm::BucketPlan(std::span<std::size_t const>(offsets, 1), 4), ConfigError);
+}
+
+namespace {
+using BucketModel = Sequential<Dense<20, 64>, Relu, Dense<64, 64>, Relu, Dense<64, 10>>;
+
+// One replica's gradients on its own random batch (a fixed function of replica and step).
+template <class LayerDone>
+void replica_gradients(BucketModel const& model, BucketModel::Workspace<CpuBackend>& ws, float* grads, int replica,
+                       int step, LayerDone done) {
+  Matrix x(20, 16), y(1, 16);
+  Rng rng(mix64(std::uint64_t(replica), std::uint64_t(step)));
+  for (int i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform()) - 0.5f;
+  for (int i = 0; i < 16; ++i) y(0, i) = float(rng() % 10);
+  model.forward<CpuBackend>(ws, model.parameters().data(), view(x), {});
+  SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(y), ws.output_gradient(), 1.0f / 48);
+  model.backward<CpuBackend>(ws, model.parameters().data(), grads, view(x), false, done);
+}
+}  // namespace
+
+TEST_CASE("BucketedAllReduce: every overlap mode gives the bits of one all-reduce after backward") {
+  constexpr int replicas = 3;
+  BucketModel const model(5);
+  comm::ThreadGroup group(replicas);
+  // Reference: each replica's raw gradients, summed in replica order.
+  std::vector<AlignedBuffer> raw;
+  for (int r = 0; r < replicas; ++r) raw.emplace_back(BucketModel::arena_size);
+  for (auto overlap : {comm::Overlap::none, comm::Overlap::inline_, comm::Overlap::threaded}) {
+    CAPTURE(int(overlap));
+    for (std::size_t bytes : {std::size_t(1), std::size_t(16384), std::size_t(25) << 20}) {
+      CAPTURE(bytes);
+      std::vector<AlignedBuffer> grads;
+      for (int r = 0; r < replicas; ++r) grads.emplace_back(BucketModel::arena_size);
+      std::vector<std::unique_ptr<comm::BucketedAllReduce<comm::ThreadCommunicator>>> syncs;
+      std::vector<comm::ThreadCommunicator> comms;
+      for (int r = 0; r < replicas; ++r) comms.push_back(group.communicator(r));
+      for (int r = 0; r < replicas; ++r)
+        syncs.push_back(std::make_unique<comm::BucketedAllReduce<comm::ThreadCommunicator>>(
+            comms[std::size_t(r)], comm::BucketPlan(BucketModel::offsets, bytes), grads[std::size_t(r)].span(),
+            ReduceOp::sum, overlap));
+      for (int step = 0; step < 3; ++step) {
+        auto task = [&](int r) {
+          BucketModel::Workspace<CpuBackend> ws(16);
+          replica_gradients(model, ws, raw[std::size_t(r)].data(), r, step, [](std::size_t) {});
+          replica_gradients(model, ws, grads[std::size_t(r)].data(), r, step,
+                            [&](std::size_t layer) { syncs[std::size_t(r)]->layer_done(layer); });
+          syncs[std::size_t(r)]->finish();
+        };
+        group.run(task);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < BucketModel::arena_size; ++i) {
+          float const expected = (raw[0].data()[i] + raw[1].data()[i]) + raw[2].data()[i];
+          for (int r = 0; r < replicas; ++r) wrong += grads[std::size_t(r)].data()[i] != expected;
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("BucketedAllReduce: a peer that never reduces ends finish() in a CommError, not a hang") {
+  comm::ThreadGroup group(2, std::chrono::milliseconds(200));
+  BucketModel const model(5);
+  AlignedBuffer grads(BucketModel::arena_size);
+  auto comm0 = group.communicator(0);
+  comm::BucketedAllReduce<comm::ThreadCommunicator> sync(comm0, comm::BucketPlan(BucketModel::offsets, 4096),
+                                                           grads.span(), ReduceOp::sum, comm::Overlap::threaded);
+  auto task = [&](int r) {
+    if (r == 1) return;  // never joins
+    BucketModel::Workspace<CpuBackend> ws(16);
+    replica_gradients(model, ws, grads.data(), 0, 0, [&](std::size_t layer) { sync.layer_done(layer); });
+    sync.finish();
+  };
+  CHECK_THROWS_WITH_AS(group.run(task), doctest::Contains("never arrived: 1"), CommError);
 }

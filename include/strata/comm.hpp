@@ -1,5 +1,13 @@
 #pragma once
-// Communication: in-process replica threads and reductions.
+// Communication: the Communicator concept, in-process threads, the hierarchy of two
+// communicators, gradient buckets. The MPI and NCCL engines need their own libraries and
+// are included on their own: strata/comm/mpi_communicator.hpp (link strata::mpi) and
+// strata/comm/nccl_communicator.hpp (link strata::nccl).
 
+#include "strata/comm/buckets.hpp"
+#include "strata/comm/communicator.hpp"
+#include "strata/comm/hierarchical.hpp"
 #include "strata/comm/reduce_op.hpp"
+#include "strata/comm/rendezvous.hpp"
+#include "strata/comm/thread_communicator.hpp"
 #include "strata/comm/thread_group.hpp"

@@ -200,6 +200,13 @@ class Sequential {
   // the last forward pass. Gradients are written to `grads`, or added when `accumulate`.
   template <Backend B>
   void backward(Workspace<B>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
+    backward<B>(ws, params, grads, x, accumulate, [](std::size_t) {});
+  }
+  // The same, calling layer_done(i) as soon as layer i's gradients are final (from the last
+  // layer to the first): the hook that lets a bucket's all-reduce start during backward.
+  template <Backend B, class LayerDone>
+  void backward(Workspace<B>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate,
+                LayerDone&& layer_done) const {
     float* dy = ws.gradient_a_.data();
     float* dx = ws.gradient_b_.data();
     int const b = ws.batch_;
@@ -208,6 +215,7 @@ class Sequential {
       MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], b};
       layer.template backward<B>(params + offsets[I], grads + offsets[I], in, ws.output(I), ws.aux(I),
                                  ConstMatrixView{dy, widths[I + 1], b}, dx_view, accumulate);
+      layer_done(I);
       std::swap(dy, dx);
     });
   }
