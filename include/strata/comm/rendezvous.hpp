@@ -73,7 +73,8 @@ class Rendezvous {
     auto const deadline = detail::Clock::now() + timeout_;
     for (;;) {
       bool const done = detail::wait_for(
-          state_, [&](std::uint32_t w) { return (w & generation_mask) != generation || (w & aborted_bit); }, deadline);
+          state_, [&](std::uint32_t w) { return (w & generation_mask) != generation || (w & aborted_bit); }, deadline,
+          spins_);
       std::uint32_t w = state_.load(std::memory_order_acquire);
       if ((w & generation_mask) != generation) return;  // the barrier completed
       if (w & aborted_bit) throw_aborted();
@@ -151,6 +152,7 @@ class Rendezvous {
   }
 
   int size_;
+  int spins_ = detail::spin_budget(size_);
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Slot[]> slots_;
   alignas(64) std::atomic<std::uint32_t> state_{0};

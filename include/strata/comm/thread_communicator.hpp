@@ -129,6 +129,19 @@ class ThreadCommunicator {
   void reduce_slice(T const* const* ins, Slice slice, std::size_t shift, ReduceOp op, T* const* outs,
                     int outs_count) const {
     float const scale = op == ReduceOp::mean ? 1.0f / float(size()) : 1.0f;
+    if constexpr (std::is_same_v<T, float>) {
+      if (size() == 2 && outs_count == 2 && (op == ReduceOp::sum || op == ReduceOp::mean)) {
+        // Two ranks: one pass that reads both inputs and writes both outputs, the least
+        // memory traffic there is. Same arithmetic as reduce_range: (a + b) * scale.
+        T const* a = ins[0];
+        T const* b = ins[1];
+        T* x = outs[0] - shift;
+        T* y = outs[1] - shift;
+#pragma GCC ivdep
+        for (std::size_t i = slice.begin; i < slice.end; ++i) x[i] = y[i] = (a[i] + b[i]) * scale;
+        return;
+      }
+    }
     alignas(64) float reduced[chunk];
     for (std::size_t begin = slice.begin; begin < slice.end; begin += chunk) {
       std::size_t const end = std::min(slice.end, begin + chunk);
@@ -181,8 +194,9 @@ class ThreadCommunicator {
 
   template <class T, class Body>
   void body_single(CallDescriptor const&, void const* in, void* out, Body& body) {
-    T const* ins[1] = {static_cast<T const*>(in)};
-    T* outs[1] = {static_cast<T*>(out)};
+    // Two slots, though one rank uses one: the two-rank fast path is compiled here too.
+    T const* ins[2] = {static_cast<T const*>(in), nullptr};
+    T* outs[2] = {static_cast<T*>(out), nullptr};
     body(ins, outs);
   }
 

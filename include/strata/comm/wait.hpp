@@ -3,6 +3,7 @@
 // microseconds), then sleep in the kernel (Linux futex) so that more threads than cores do
 // not burn each other's time. std::atomic::wait has no timeout, which a collective needs.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -56,10 +57,18 @@ inline void wake_all(std::atomic<std::uint32_t>& word) {
 #endif
 }
 
+// How long to spin before sleeping: long when every waiter has a core of its own (peers
+// arrive within microseconds), short when threads outnumber cores (a spinning waiter then
+// takes the core a peer needs to arrive).
+inline int spin_budget(int threads) {
+  static int const cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return threads <= cores ? 4096 : 32;
+}
+
 // Returns true once done(value of word) holds; false if the deadline passes first.
 template <class Done>
-bool wait_for(std::atomic<std::uint32_t>& word, Done done, Clock::time_point deadline) {
-  for (int i = 0; i < 4096; ++i) {
+bool wait_for(std::atomic<std::uint32_t>& word, Done done, Clock::time_point deadline, int spins = 4096) {
+  for (int i = 0; i < spins; ++i) {
     if (done(word.load(std::memory_order_acquire))) return true;
     cpu_relax();
   }
