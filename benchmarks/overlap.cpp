@@ -7,7 +7,7 @@
 //   Step/inline_buckets    a bucket is reduced on the replica thread when complete
 //   Step/overlapped        a bucket is handed to a communication thread (Overlap::threaded)
 // Argument: bucket bytes. hidden = (after_backward - overlapped) / all-reduce alone is the
-// fraction of communication hidden; scripts/overlap-table computes it from the JSON.
+// fraction of communication hidden; scripts/overlap_table.py computes it from the JSON.
 //
 //   overlap [--benchmark_repetitions=5 --benchmark_format=json]
 
