@@ -137,7 +137,11 @@ class ThreadCommunicator {
         T const* b = ins[1];
         T* x = outs[0] - shift;
         T* y = outs[1] - shift;
+#if defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#else
 #pragma GCC ivdep
+#endif
         for (std::size_t i = slice.begin; i < slice.end; ++i) x[i] = y[i] = (a[i] + b[i]) * scale;
         return;
       }
