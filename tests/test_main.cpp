@@ -1,2 +1,4 @@
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+// The default main of the unit tests (doctest's implementation is in doctest_impl.cpp).
 #include <doctest/doctest.h>
+
+int main(int argc, char** argv) { return doctest::Context(argc, argv).run(); }

@@ -1,7 +1,6 @@
 // MpiCommunicator and Hierarchical<ThreadCommunicator, MpiCommunicator>, run under mpirun
 // with 2 and 3 processes (CTest mpi.np2, mpi.np3). Every process runs the same test cases
 // in the same order; the exit code is the worst over all processes.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -2,7 +2,6 @@
 // every collective on every GPU of the machine against the serial reference, bootstrap and
 // timeouts, and exits 77 (CTest: skipped) when there is no GPU. Needs no Eigen or Boost, so
 // scripts/gpu-check can build it on a machine with only the CUDA toolkit.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <csignal>

@@ -61,7 +61,9 @@ class ThreadGroup {
 
   // Replica `rank` waits here until all have arrived (CommError after the group's timeout).
   void barrier(int rank) {
-    if (size_ > 1) rendezvous_.arrive_and_wait(rank, "ThreadGroup barrier");
+    if (size_ == 1) return;
+    rendezvous_.publish(rank, {});  // a timeout names this call a barrier
+    rendezvous_.arrive_and_wait(rank, "ThreadGroup");
   }
 
  private:
