@@ -3,9 +3,9 @@
 // 9.3 M parameters, 36 MiB of gradients) on 2 replica threads, batch 16 per replica:
 //   Step/backward_only     no communication: the compute a step needs
 //   AllReduce/gradients    the all-reduce of the whole gradient arena alone
-//   Step/after_backward    backward, then every bucket (Overlap::none)
+//   Step/after_backward    backward, then every bucket (Overlap::after_backward)
 //   Step/inline_buckets    a bucket is reduced on the replica thread when complete
-//   Step/overlapped        a bucket is handed to a communication thread (Overlap::threaded)
+//   Step/overlapped        a bucket is handed to a communication thread (Overlap::comm_thread)
 // Argument: bucket bytes. hidden = (after_backward - overlapped) / all-reduce alone is the
 // fraction of communication hidden; scripts/overlap_table.py computes it from the JSON.
 //
@@ -102,9 +102,9 @@ void step(benchmark::State& state) {
 
 BENCHMARK(backward_only)->Name("Step/backward_only")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(all_reduce_alone)->Name("AllReduce/gradients")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(step<comm::Overlap::none>)->Name("Step/after_backward")->Arg(4 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(step<comm::Overlap::inline_>)->Name("Step/inline_buckets")->Arg(4 << 20)->Arg(25 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(step<comm::Overlap::threaded>)->Name("Step/overlapped")->Arg(4 << 20)->Arg(25 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(step<comm::Overlap::after_backward>)->Name("Step/after_backward")->Arg(4 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(step<comm::Overlap::in_backward>)->Name("Step/inline_buckets")->Arg(4 << 20)->Arg(25 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(step<comm::Overlap::comm_thread>)->Name("Step/overlapped")->Arg(4 << 20)->Arg(25 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
 }  // namespace
 
 BENCHMARK_MAIN();

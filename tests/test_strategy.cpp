@@ -189,7 +189,7 @@ TEST_CASE("BucketedAllReduce: every overlap mode gives the bits of one all-reduc
   // Reference: each replica's raw gradients, summed in replica order.
   std::vector<AlignedBuffer> raw;
   for (int r = 0; r < replicas; ++r) raw.emplace_back(BucketModel::arena_size);
-  for (auto overlap : {comm::Overlap::none, comm::Overlap::inline_, comm::Overlap::threaded}) {
+  for (auto overlap : {comm::Overlap::after_backward, comm::Overlap::in_backward, comm::Overlap::comm_thread}) {
     CAPTURE(int(overlap));
     for (std::size_t bytes : {std::size_t(1), std::size_t(16384), std::size_t(25) << 20}) {
       CAPTURE(bytes);
@@ -228,7 +228,7 @@ TEST_CASE("BucketedAllReduce: a peer that never reduces ends finish() in a CommE
   AlignedBuffer grads(BucketModel::arena_size);
   auto comm0 = group.communicator(0);
   comm::BucketedAllReduce<comm::ThreadCommunicator> sync(comm0, comm::BucketPlan(BucketModel::offsets, 4096),
-                                                           grads.span(), ReduceOp::sum, comm::Overlap::threaded);
+                                                           grads.span(), ReduceOp::sum, comm::Overlap::comm_thread);
   auto task = [&](int r) {
     if (r == 1) return;  // never joins
     BucketModel::Workspace<CpuBackend> ws(16);

@@ -66,9 +66,9 @@ class BucketPlan {
 };
 
 enum class Overlap {
-  none,      // everything after backward: finish() reduces every bucket
-  inline_,   // a bucket is reduced on the backward thread as soon as it is complete
-  threaded,  // a bucket is handed to a communication thread; backward goes on
+  after_backward,  // no overlap: finish() reduces every bucket
+  in_backward,     // a bucket is reduced on the backward thread as soon as it is complete
+  comm_thread,     // a bucket is handed to a communication thread; backward goes on
 };
 
 // One per replica. Per step: layer_done(l) for each layer as backward finishes it (from
@@ -82,7 +82,7 @@ class BucketedAllReduce {
     if (!buckets.empty() && buckets.front().end > gradients.size())
       throw ConfigError(strata::detail::message("BucketedAllReduce: the plan covers ", buckets.front().end,
                                                 " floats but the gradient arena has ", gradients.size()));
-    if (overlap_ == Overlap::threaded) worker_ = std::thread([this] { communicate(); });
+    if (overlap_ == Overlap::comm_thread) worker_ = std::thread([this] { communicate(); });
   }
   BucketedAllReduce(BucketedAllReduce const&) = delete;
   BucketedAllReduce& operator=(BucketedAllReduce const&) = delete;
@@ -100,10 +100,10 @@ class BucketedAllReduce {
   [[nodiscard]] BucketPlan const& plan() const { return plan_; }
 
   void layer_done(std::size_t layer) {
-    if (overlap_ == Overlap::none) return;
+    if (overlap_ == Overlap::after_backward) return;
     std::size_t const b = plan_.bucket_of_layer(layer);
     if (plan_.buckets()[b].first_layer != layer) return;  // the bucket's earliest layer completes it
-    if (overlap_ == Overlap::inline_) {
+    if (overlap_ == Overlap::in_backward) {
       reduce(b);
       return;
     }
@@ -114,9 +114,9 @@ class BucketedAllReduce {
   // Returns when every bucket of this step is reduced; rethrows a communication error.
   void finish() {
     std::size_t const count = plan_.buckets().size();
-    if (overlap_ == Overlap::none) {
+    if (overlap_ == Overlap::after_backward) {
       for (std::size_t b = 0; b < count; ++b) reduce(b);
-    } else if (overlap_ == Overlap::threaded) {
+    } else if (overlap_ == Overlap::comm_thread) {
       detail::wait_for(done_, [&](std::uint32_t d) { return d == count; }, detail::Clock::time_point::max());
       if (error_) {
         auto error = error_;

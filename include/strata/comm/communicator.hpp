@@ -144,4 +144,33 @@ inline std::string malformed(CallDescriptor const& call, int ranks) {
   return {};
 }
 
+// The parts of the errors every engine raises, worded once.
+namespace detail {
+inline std::string seconds_text(std::chrono::milliseconds t) {
+  return std::to_string(t.count() / 1000) + "." + std::to_string(t.count() % 1000 / 100) + " s";
+}
+
+// "timed out after 0.3 s; arrived: 0 (all_reduce(sum) of 100 float); never arrived: 1. ..."
+// arrived(r) says whether rank r arrived; call_of(r) is what it called (read only if it did).
+template <class Arrived, class CallOf>
+std::string timeout_report(std::chrono::milliseconds timeout, int ranks, Arrived arrived, CallOf call_of) {
+  std::string present, missing;
+  for (int r = 0; r < ranks; ++r) {
+    if (arrived(r)) present += (present.empty() ? "" : ", ") + std::to_string(r) + " (" + call_of(r).describe() + ")";
+    else missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return "timed out after " + seconds_text(timeout) + "; arrived: " + present + "; never arrived: " + missing +
+         ". Every rank must call the same collectives in the same order; set_timeout sets a longer wait";
+}
+
+// "ranks called different collectives or sizes (rank 0: ...; rank 1: ...). ..."
+template <class CallOf>
+std::string mismatch_report(int ranks, CallOf call_of) {
+  std::string calls;
+  for (int r = 0; r < ranks; ++r) calls += (r ? "; rank " : "rank ") + std::to_string(r) + ": " + call_of(r).describe();
+  return "ranks called different collectives or sizes (" + calls +
+         "). Every rank must call the same collectives, with the same sizes, in the same order";
+}
+}  // namespace detail
+
 }  // namespace strata::comm

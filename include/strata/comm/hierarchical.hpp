@@ -20,7 +20,15 @@
 
 namespace strata::comm {
 
-template <class Local, Communicator Global>
+// A local communicator that can reduce into, and share, the slice each rank owns
+// (ThreadCommunicator's two halves of all_reduce).
+template <class C>
+concept SliceOwning = Communicator<C> && requires(C& c, std::span<float const> in, std::span<float> out) {
+  c.reduce_owned(in, out, ReduceOp::sum);
+  c.share_owned(out);
+};
+
+template <SliceOwning Local, Communicator Global>
 class Hierarchical {
  public:
   // `local`: this replica among its process's replicas. `global`: this replica among the

@@ -310,11 +310,7 @@ class MpiCommunicator {
     std::string const problem = malformed(call, size_);
     if (same && problem.empty()) return;
     if (same) throw CommError(prefix(call) + problem);
-    std::string calls;
-    for (int r = 0; r < size_; ++r)
-      calls += strata::detail::message(r ? "; " : "", "rank ", r, ": ", decode(table_[std::size_t(r)]).describe());
-    throw CommError(prefix(call) + "ranks called different collectives or sizes (" + calls +
-                    "). Every rank must call the same collectives, with the same sizes, in the same order");
+    throw CommError(prefix(call) + detail::mismatch_report(size_, [&](int r) { return decode(table_[std::size_t(r)]); }));
   }
 
   CommError arrival_timeout(CallDescriptor const& call) {
@@ -327,15 +323,9 @@ class MpiCommunicator {
       }
       ++i;
     }
-    std::string present, missing;
-    for (int r = 0; r < size_; ++r) {
-      if (arrived_[std::size_t(r)])
-        present += (present.empty() ? "" : ", ") + std::to_string(r) + " (" + decode(table_[std::size_t(r)]).describe() + ")";
-      else missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    return CommError(prefix(call) + "timed out after " + seconds() + "; arrived: " + present +
-                     "; never arrived: " + missing +
-                     ". Every rank must call the same collectives in the same order; set_timeout sets a longer wait");
+    return CommError(prefix(call) + detail::timeout_report(
+                                        options_.timeout, size_, [&](int r) { return arrived_[std::size_t(r)] != 0; },
+                                        [&](int r) { return decode(table_[std::size_t(r)]); }));
   }
 
   Descriptor encode(CallDescriptor const& c) const {
@@ -344,11 +334,6 @@ class MpiCommunicator {
   }
   static CallDescriptor decode(Descriptor const& d) {
     return {Collective(d[1]), ElementType(d[2]), ReduceOp(d[3]), int(d[4]), std::size_t(d[5]), std::size_t(d[6])};
-  }
-
-  std::string seconds() const {
-    auto const ms = options_.timeout.count();
-    return strata::detail::message(ms / 1000, ".", (ms % 1000) / 100, " s");
   }
 
   // Verified, every rank has arrived with matching arguments: the blocking call (Open MPI's
@@ -384,7 +369,7 @@ class MpiCommunicator {
       if (done) return;
       if (polls % 256 == 255 && std::chrono::steady_clock::now() >= deadline) {
         broken_ = true;
-        throw CommError(prefix(call) + "timed out after " + seconds() +
+        throw CommError(prefix(call) + "timed out after " + detail::seconds_text(options_.timeout) +
                         "; verify is off, so which ranks arrived is unknown (turn it on to see)");
       }
     }

@@ -246,7 +246,7 @@ class NcclCommunicator {
                                      ncclGetErrorString(state), " (", ncclGetLastError(comm_), ")"));
       if (detail::Clock::now() >= deadline)
         fail(strata::detail::message("NcclCommunicator: ", what, " on rank ", rank_, " of ", size_, " timed out after ",
-                                     options_.timeout.count(), " ms: not every rank joined"));
+                                     detail::seconds_text(options_.timeout), ": not every rank joined"));
       std::this_thread::yield();
     }
   }
@@ -268,8 +268,8 @@ class NcclCommunicator {
         if (done != cudaErrorNotReady) fail(prefix(call) + cudaGetErrorString(done));
       }
       if (polls % 64 == 63 && detail::Clock::now() >= deadline)
-        fail(prefix(call) + "timed out after " + std::to_string(options_.timeout.count()) +
-             " ms; the communicator is aborted. Every rank must call the same collectives in the same order");
+        fail(prefix(call) + "timed out after " + detail::seconds_text(options_.timeout) +
+             "; the communicator is aborted. Every rank must call the same collectives in the same order");
       detail::cpu_relax();
     }
   }

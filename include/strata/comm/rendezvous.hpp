@@ -136,19 +136,10 @@ class Rendezvous {
   }
 
   std::string timeout_message(int rank, std::uint64_t round, char const* who) const {
-    std::string arrived, missing;
-    for (int r = 0; r < size_; ++r) {
-      Slot const& s = slots_[std::size_t(r)];
-      if (s.arrivals.load(std::memory_order_acquire) >= round)
-        arrived += (arrived.empty() ? "" : ", ") + std::to_string(r) + " (" + s.entry.call.describe() + ")";
-      else missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    auto const ms = timeout_.count();
-    return strata::detail::message(who, ": ", entry(rank).call.describe(), " on rank ", rank, " of ", size_,
-                                   " timed out after ", ms / 1000, ".", (ms % 1000) / 100, " s; arrived: ", arrived,
-                                   "; never arrived: ", missing,
-                                   ". Every rank must call the same collectives in the same order; a longer timeout "
-                                   "is set with set_timeout");
+    auto arrived = [&](int r) { return slots_[std::size_t(r)].arrivals.load(std::memory_order_acquire) >= round; };
+    auto call_of = [&](int r) { return entry(r).call; };
+    return strata::detail::message(who, ": ", entry(rank).call.describe(), " on rank ", rank, " of ", size_, " ",
+                                   detail::timeout_report(timeout_, size_, arrived, call_of));
   }
 
   int size_;

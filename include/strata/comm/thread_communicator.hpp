@@ -218,11 +218,8 @@ class ThreadCommunicator {
     }
     std::string problem = malformed(world_->entry(0).call, n);
     if (same && problem.empty()) return {};
-    std::string calls;
-    for (int r = 0; r < n; ++r) calls += strata::detail::message(r ? "; " : "", "rank ", r, ": ", world_->entry(r).call.describe());
     if (!same)
-      return "ThreadCommunicator: ranks called different collectives or sizes (" + calls +
-             "). Every rank must call the same collectives, with the same sizes, in the same order";
+      return "ThreadCommunicator: " + detail::mismatch_report(n, [&](int r) { return world_->entry(r).call; });
     return "ThreadCommunicator: " + world_->entry(0).call.describe() + ": " + problem;
   }
 
