@@ -21,6 +21,7 @@ using policy::CentralStorage;
 using policy::Compress;
 using policy::Cpu;
 using policy::Cuda;
+using policy::BasicDynamicLossScale;
 using policy::DynamicLossScale;
 using policy::FullPrecision;
 using policy::GradAccum;
@@ -55,7 +56,15 @@ using nn::Tanh;
 // Optimizers
 using optim::Adam;
 using optim::AdamW;
+using optim::ConstantSchedule;
+using optim::CosineDecay;
+using optim::Lamb;
+using optim::linear_scaling;
+using optim::scheduled;
 using optim::Sgd;
+using optim::StepDecay;
+using optim::StepInfo;
+using optim::WarmupLinearDecay;
 
 // Custom loops
 using comm::ReduceOp;
@@ -73,6 +82,7 @@ using train::EpochLogs;
 using train::Evaluation;
 using train::FitOptions;
 using train::History;
+using train::LossScaleState;
 using train::ModelCheckpoint;
 using train::MonitorMode;
 using train::ProgressBar;

@@ -45,7 +45,10 @@ TEST_CASE("policies carry their values into the resolved configuration") {
   CHECK(MultiWorkerMirrored<2>::local_replicas == 2);
   CHECK(ParameterServer<3, 2>::workers == 3);
   CHECK(ParameterServer<3, 2>::servers == 2);
-  CHECK(StaticLossScale<128>::scale == 128.0f);
+  CHECK(StaticLossScale<128>::initial_scale == 128.0f);
+  CHECK(policy::DynamicLossScale::initial_scale == 32768.0f);
+  CHECK(policy::DynamicLossScale::growth_interval == 2000);
+  CHECK(Precision<fp16, BasicDynamicLossScale<1024, 10>>::name() == "Precision<fp16, DynamicLossScale<1024, 10>>");
 }
 
 TEST_CASE("the exact spelling of the design compiles and reports its replicas") {

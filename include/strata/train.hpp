@@ -7,6 +7,7 @@
 #include "strata/train/early_stopping.hpp"
 #include "strata/train/evaluator.hpp"
 #include "strata/train/logs.hpp"
+#include "strata/train/loss_scale.hpp"
 #include "strata/train/model_checkpoint.hpp"
 #include "strata/train/monitor.hpp"
 #include "strata/train/progress_bar.hpp"

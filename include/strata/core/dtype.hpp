@@ -1,9 +1,11 @@
 #pragma once
 // 16-bit floating-point storage types. They store 16 bits and convert to and from float;
-// arithmetic happens in float registers (see docs/precision.md once mixed precision lands).
+// arithmetic happens in float registers (docs/precision.md says what that gains on a CPU).
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace strata {
 
@@ -15,11 +17,12 @@ struct bf16 {
   explicit bf16(float value) : bits(from_float(value)) {}
   explicit operator float() const { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
 
+  // Branch-free, so the loops in round_to/store below vectorize.
   static std::uint16_t from_float(float value) {
-    std::uint32_t u = std::bit_cast<std::uint32_t>(value);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<std::uint16_t>(u >> 16);
+    std::uint32_t const u = std::bit_cast<std::uint32_t>(value);
+    std::uint32_t const rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    std::uint32_t const nan = (u >> 16) | 0x40u;  // quiet NaN
+    return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
   }
 };
 
@@ -61,6 +64,33 @@ struct fp16 {
 };
 
 static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2, "16-bit types must really be 16 bits");
+
+template <class T>
+inline constexpr bool is_compute_type = std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+
+// x[i] = float(T(x[i])): values a T can hold, kept in float registers. A no-op for float.
+template <class T>
+void round_to(float* x, std::size_t n) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    for (std::size_t i = 0; i < n; ++i) x[i] = std::bit_cast<float>(std::uint32_t{bf16::from_float(x[i])} << 16);
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    for (std::size_t i = 0; i < n; ++i) x[i] = fp16::to_float(fp16::from_float(x[i]));
+  }
+}
+
+// out[i] = T(in[i]) and back: the 16-bit storage of activations.
+template <class T>
+void store(T* out, float const* in, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i].bits = T::from_float(in[i]);
+}
+template <class T>
+void load(float* out, T const* in, std::size_t n) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(std::uint32_t{in[i].bits} << 16);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) out[i] = fp16::to_float(in[i].bits);
+  }
+}
 
 // The names policies and messages print.
 template <class T>

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +65,11 @@ inline Metadata progress_metadata(Progress const& p) {
           {"epoch_loss_sum", exact(p.epoch_loss_sum)},
           {"epoch_correct", std::to_string(p.epoch_correct)},
           {"epoch_samples", std::to_string(p.epoch_samples)},
-          {"history", history}};
+          {"history", history},
+          // "none", or the scale with its growth counter and the steps skipped so far.
+          {"loss_scale", p.loss_scale ? exact(p.loss_scale->scale) : "none"},
+          {"loss_scale_good_steps", std::to_string(p.loss_scale ? p.loss_scale->good_steps : 0)},
+          {"skipped_steps", std::to_string(p.loss_scale ? p.loss_scale->skipped_steps : 0)}};
 }
 
 class MetadataReader {
@@ -118,6 +123,15 @@ class MetadataReader {
     }
     if (!valid)
       throw IoError(strata::detail::message(file_.source(), ": metadata 'history' is not a map of metric lists"));
+    if (text("loss_scale") != "none") {
+      double const scale = real("loss_scale");
+      p.loss_scale = LossScaleState{float(scale), integer<std::int64_t>("loss_scale_good_steps"),
+                                    integer<std::int64_t>("skipped_steps")};
+      if (!(scale >= 1.0) || !std::isfinite(scale) || p.loss_scale->good_steps < 0 || p.loss_scale->skipped_steps < 0)
+        throw IoError(strata::detail::message(file_.source(), ": metadata loss_scale ", text("loss_scale"),
+                                              " with counters ", p.loss_scale->good_steps, ", ",
+                                              p.loss_scale->skipped_steps, " is not a loss-scale state (scale >= 1)"));
+    }
     if (p.step < 0 || p.epoch < 0 || p.batch < 0 || p.micro_batches < 0 || p.batch_size < 0)
       throw IoError(strata::detail::message(file_.source(), ": negative step, epoch, batch or counter in the metadata"));
     return p;
@@ -140,7 +154,6 @@ inline void save_checkpoint(std::filesystem::path const& path, TrainingState con
   metadata["model"] = state.model;
   metadata["optimizer"] = state.optimizer;
   metadata["config"] = state.config;
-  metadata["loss_scale"] = "none";  // FullPrecision has no loss scale; MixedPrecisionFp16 will record its state here
   write_safetensors(path, tensors, std::move(metadata));
 }
 

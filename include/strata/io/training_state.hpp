@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,13 @@
 #include "strata/optim/optimizer.hpp"
 
 namespace strata::io {
+
+// The state of a loss scale (train::LossScaler): what checkpoints record and callbacks see.
+struct LossScaleState {
+  float scale = 1.0f;
+  std::int64_t good_steps = 0;     // consecutive finite steps since the scale last changed
+  std::int64_t skipped_steps = 0;  // steps skipped for non-finite gradients, in all
+};
 
 // Where training stands; written to a checkpoint's metadata. All zero for a fresh run.
 struct Progress {
@@ -29,6 +37,8 @@ struct Progress {
   std::int64_t epoch_samples = 0;
   // The per-epoch metrics of the epochs completed (History), by metric name.
   std::map<std::string, std::vector<double>> history{};
+  // The loss scale of a precision policy that has one (MixedPrecisionFp16); none otherwise.
+  std::optional<LossScaleState> loss_scale{};
 };
 
 // A tensor of the live state: a name, a row-major shape and the floats it views.

@@ -6,6 +6,7 @@
 // optimizers and collectives work on flat memory. Activations live in a per-replica
 // Workspace sized once for the largest shard, so a training step allocates nothing.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/backend.hpp"
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
 #include "strata/core/tensor.hpp"
@@ -148,27 +150,64 @@ class Sequential {
   }
 
   // Activations and gradient scratch of one replica, sized for at most `max_batch` samples.
-  template <class B>  // not constrained here: clang 14 crashes on a constrained member class template
+  //
+  // With T = float every layer's output is kept in float. With T = bf16 or fp16 (mixed
+  // precision) each layer's output is rounded to T and *stored* in T, so the activations
+  // kept for backward take half the bytes; the layers compute in float registers on
+  // `chunk_columns` samples at a time, read from and written back to 16-bit storage. The
+  // last layer's output (the logits) and its gradient stay in float for the loss.
+  template <class B, class T = float>  // not constrained here: clang 14 crashes on a constrained member class template
   class Workspace {
-    static_assert(Backend<B>, "strata::Sequential::Workspace<B>: B must satisfy strata::Backend");
+    static_assert(Backend<B>, "strata::Sequential::Workspace<B, T>: B must satisfy strata::Backend");
+    static_assert(is_compute_type<T>, "strata::Sequential::Workspace<B, T>: T must be float, strata::bf16 or strata::fp16");
 
    public:
+    using compute_type = T;
+    static constexpr bool mixed = !std::is_same_v<T, float>;
+    static constexpr int chunk_columns = 128;  // samples per float pass in mixed precision (~0.5 MiB per 1024 rows)
+
     explicit Workspace(int max_batch) : max_batch_(max_batch) {
       int widest = 0;
-      for (std::size_t i = 0; i < layer_count; ++i) {
-        outputs_[i].resize(widths[i + 1], max_batch);
-        widest = std::max(widest, widths[i + 1]);
+      for (std::size_t i = 0; i < layer_count; ++i) widest = std::max(widest, widths[i + 1]);
+      if constexpr (!mixed) {
+        for (std::size_t i = 0; i < layer_count; ++i) outputs_[i].resize(widths[i + 1], max_batch);
+        std::size_t i = 0;
+        ((Layers::uses_aux ? aux_[i].resize(widths[i + 1], max_batch) : void(), ++i), ...);
+        gradient_a_.resize(widest, max_batch);
+        gradient_b_.resize(widest, max_batch);
+      } else {
+        for (std::size_t i = 0; i + 1 < layer_count; ++i) stored_[i].resize(std::size_t(widths[i + 1]) * max_batch);
+        std::size_t i = 0;
+        ((Layers::uses_aux ? stored_aux_[i].resize(std::size_t(widths[i + 1]) * max_batch) : void(), ++i), ...);
+        outputs_[layer_count - 1].resize(output_width, max_batch);
+        gradient_a_.resize(output_width, max_batch);
+        int const chunk = std::min(max_batch, chunk_columns);
+        for (Matrix* m : {&chunk_in_, &chunk_out_, &chunk_aux_, &gradient_b_, &chunk_dx_})
+          m->setZero(std::max(widest, input_width), chunk);
       }
-      std::size_t i = 0;
-      ((Layers::uses_aux ? aux_[i].resize(widths[i + 1], max_batch) : void(), ++i), ...);
-      gradient_a_.resize(widest, max_batch);
-      gradient_b_.resize(widest, max_batch);
     }
     [[nodiscard]] int max_batch() const { return max_batch_; }
     [[nodiscard]] int batch() const { return batch_; }
     [[nodiscard]] ConstMatrixView output() const { return output(layer_count - 1); }
     // Where the loss writes d(loss)/d(output) for the current batch.
     [[nodiscard]] MatrixView output_gradient() { return {gradient_a_.data(), output_width, batch_}; }
+
+    // Bytes of the activations kept from forward for backward (layer outputs and dropout
+    // masks), and of everything the workspace holds (those plus the gradient and float scratch).
+    [[nodiscard]] std::size_t activation_bytes() const {
+      std::size_t total = 0;
+      for (auto const& m : outputs_) total += std::size_t(m.size()) * sizeof(float);
+      for (auto const& m : aux_) total += std::size_t(m.size()) * sizeof(float);
+      for (auto const& v : stored_) total += v.size() * sizeof(T);
+      for (auto const& v : stored_aux_) total += v.size() * sizeof(T);
+      return total;
+    }
+    [[nodiscard]] std::size_t bytes() const {
+      std::size_t total = activation_bytes();
+      for (Matrix const* m : {&gradient_a_, &gradient_b_, &chunk_in_, &chunk_out_, &chunk_aux_, &chunk_dx_})
+        total += std::size_t(m->size()) * sizeof(float);
+      return total;
+    }
 
    private:
     friend class Sequential;
@@ -178,46 +217,60 @@ class Sequential {
 
     int max_batch_;
     int batch_ = 0;
-    std::array<Matrix, layer_count> outputs_;
+    std::array<Matrix, layer_count> outputs_;  // float: every layer; mixed: only the last
     std::array<Matrix, layer_count> aux_;
     Matrix gradient_a_, gradient_b_;
+    // Mixed precision only: the stored 16-bit activations and the float working set of one chunk.
+    std::array<std::vector<T>, layer_count> stored_;
+    std::array<std::vector<T>, layer_count> stored_aux_;
+    Matrix chunk_in_, chunk_out_, chunk_aux_, chunk_dx_;
   };
 
   // Runs every layer on x (input_width x b, b <= max_batch); the result is workspace.output().
-  template <Backend B>
-  void forward(Workspace<B>& ws, float const* params, ConstMatrixView x, ForwardContext const& context) const {
+  template <Backend B, class T>
+  void forward(Workspace<B, T>& ws, float const* params, ConstMatrixView x, ForwardContext const& context) const {
     if (x.cols > ws.max_batch_)
       throw ShapeError(strata::detail::message(name(), ": a shard of ", x.cols, " samples exceeds the workspace's ",
                                                ws.max_batch_));
     ws.batch_ = x.cols;
-    for_each_layer([&]<std::size_t I>(auto const& layer) {
-      ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
-      layer.template forward<B>(params + offsets[I], in, ws.output(I), ws.aux(I), context);
-    });
+    if constexpr (Workspace<B, T>::mixed) {
+      forward_mixed(ws, params, x, context);
+    } else {
+      for_each_layer([&]<std::size_t I>(auto const& layer) {
+        ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
+        layer.template forward<B>(params + offsets[I], in, ws.output(I), ws.aux(I), context);
+      });
+    }
   }
 
   // Back-propagates workspace.output_gradient() (written by the loss) through the layers of
   // the last forward pass. Gradients are written to `grads`, or added when `accumulate`.
-  template <Backend B>
-  void backward(Workspace<B>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
+  template <Backend B, class T>
+  void backward(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
     backward<B>(ws, params, grads, x, accumulate, [](std::size_t) {});
   }
   // The same, calling layer_done(i) as soon as layer i's gradients are final (from the last
   // layer to the first): the hook that lets a bucket's all-reduce start during backward.
-  template <Backend B, class LayerDone>
-  void backward(Workspace<B>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate,
+  // (In mixed precision every layer is final only after the last chunk.)
+  template <Backend B, class T, class LayerDone>
+  void backward(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate,
                 LayerDone&& layer_done) const {
-    float* dy = ws.gradient_a_.data();
-    float* dx = ws.gradient_b_.data();
-    int const b = ws.batch_;
-    for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
-      ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
-      MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], b};
-      layer.template backward<B>(params + offsets[I], grads + offsets[I], in, ws.output(I), ws.aux(I),
-                                 ConstMatrixView{dy, widths[I + 1], b}, dx_view, accumulate);
-      layer_done(I);
-      std::swap(dy, dx);
-    });
+    if constexpr (Workspace<B, T>::mixed) {
+      backward_mixed(ws, params, grads, x, accumulate);
+      for_each_layer_reversed([&]<std::size_t I>(auto const&) { layer_done(I); });
+    } else {
+      float* dy = ws.gradient_a_.data();
+      float* dx = ws.gradient_b_.data();
+      int const b = ws.batch_;
+      for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
+        ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
+        MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], b};
+        layer.template backward<B>(params + offsets[I], grads + offsets[I], in, ws.output(I), ws.aux(I),
+                                   ConstMatrixView{dy, widths[I + 1], b}, dx_view, accumulate);
+        layer_done(I);
+        std::swap(dy, dx);
+      });
+    }
   }
 
   // Inference on the CPU, one thread, in batches of `batch_size`: returns output_width x n.
@@ -247,6 +300,72 @@ class Sequential {
                     "strata::Sequential: a layer with parameters must name them (L::kind, L::parameter_tensors) "
                     "so checkpoints can store them");
     }
+  }
+
+  // Mixed precision, chunk by chunk of samples: each layer reads its input from 16-bit
+  // storage into float, computes in float and rounds its output to T before storing it,
+  // so every value a layer sees is one a T can hold (what a GPU's 16-bit kernels see).
+  template <class B, class T>
+  void forward_mixed(Workspace<B, T>& ws, float const* params, ConstMatrixView x, ForwardContext const& context) const {
+    for (int first = 0; first < x.cols; first += Workspace<B, T>::chunk_columns) {
+      int const n = std::min(Workspace<B, T>::chunk_columns, x.cols - first);
+      float* in = ws.chunk_in_.data();
+      float* out = ws.chunk_out_.data();
+      cast_input<T>(x.columns(first, n), in);
+      ForwardContext chunk_context = context;
+      chunk_context.first_sample += first;
+      for_each_layer([&]<std::size_t I>(auto const& layer) {
+        constexpr int w = widths[I + 1];
+        MatrixView y = I + 1 == layer_count ? ws.output(I).columns(first, n) : MatrixView{out, w, n};
+        MatrixView aux{ws.chunk_aux_.data(), w, n};
+        layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n}, y, aux, chunk_context);
+        round_to<T>(y.data, y.size());
+        std::size_t const at = std::size_t(first) * w;
+        if constexpr (I + 1 < layer_count) store<T>(ws.stored_[I].data() + at, y.data, y.size());
+        if constexpr (std::remove_cvref_t<decltype(layer)>::uses_aux) store<T>(ws.stored_aux_[I].data() + at, aux.data, aux.size());
+        std::swap(in, out);
+      });
+    }
+  }
+
+  template <class B, class T>
+  void backward_mixed(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
+    int const b = ws.batch_;
+    for (int first = 0; first < b; first += Workspace<B, T>::chunk_columns) {
+      int const n = std::min(Workspace<B, T>::chunk_columns, b - first);
+      float* dy = ws.gradient_b_.data();
+      float* dx = ws.chunk_dx_.data();
+      ConstMatrixView const dlogits = ConstMatrixView(ws.output_gradient()).columns(first, n);
+      std::copy_n(dlogits.data, dlogits.size(), dy);
+      round_to<T>(dy, dlogits.size());  // the gradient enters the T graph
+      for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
+        using L = std::remove_cvref_t<decltype(layer)>;
+        constexpr int w = widths[I + 1];
+        std::size_t const at = std::size_t(first) * w;
+        float* in = ws.chunk_in_.data();
+        if constexpr (I == 0) cast_input<T>(x.columns(first, n), in);
+        else load<T>(in, ws.stored_[I - 1].data() + std::size_t(first) * widths[I], std::size_t(widths[I]) * n);
+        ConstMatrixView y = ConstMatrixView(ws.output(I)).columns(first, n);
+        if constexpr (I + 1 < layer_count) {
+          load<T>(ws.chunk_out_.data(), ws.stored_[I].data() + at, std::size_t(w) * n);
+          y = ConstMatrixView{ws.chunk_out_.data(), w, n};
+        }
+        if constexpr (L::uses_aux) load<T>(ws.chunk_aux_.data(), ws.stored_aux_[I].data() + at, std::size_t(w) * n);
+        MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], n};
+        layer.template backward<B>(params + offsets[I], grads + offsets[I], ConstMatrixView{in, widths[I], n}, y,
+                                   ConstMatrixView{ws.chunk_aux_.data(), w, n}, ConstMatrixView{dy, w, n}, dx_view,
+                                   accumulate || first > 0);
+        round_to<T>(dx_view.data, dx_view.size());
+        std::swap(dy, dx);
+      });
+    }
+  }
+
+  // The model's input, cast to the compute type (as Keras casts a layer's inputs).
+  template <class T>
+  static void cast_input(ConstMatrixView x, float* out) {
+    std::copy_n(x.data, x.size(), out);
+    round_to<T>(out, x.size());
   }
 
   template <class F>

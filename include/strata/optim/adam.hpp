@@ -2,16 +2,20 @@
 // Adam and AdamW (Keras' formulation, epsilon outside the bias correction):
 //   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
 //   w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + epsilon)
-// AdamW first decays the weight, decoupled from the gradient: w -= lr * weight_decay * w.
-// Weight decay applies to every parameter, biases included, until exclusions land (docs/optimizers.md).
+// AdamW first decays the weight, decoupled from the gradient: w -= lr * weight_decay * w,
+// on every tensor except those named in `exclude_from_weight_decay`.
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
+#include "strata/optim/optimizer.hpp"
 
 namespace strata::optim {
 
@@ -38,11 +42,12 @@ inline void check_adam(char const* name, float lr, float beta1, float beta2, flo
 }
 
 inline void adam_update(std::span<float> w, std::span<float const> g, AdamMoments& s, std::size_t offset,
-                        std::int64_t step, float lr, float beta1, float beta2, float epsilon, float decay) {
-  double const t = double(step);
+                        StepInfo step, float base_lr, float beta1, float beta2, float epsilon, float decay) {
+  double const t = double(step.t);
+  float const lr = base_lr * step.lr_scale;
   auto const step_size = float(double(lr) * std::sqrt(1.0 - std::pow(double(beta2), t)) /
                                (1.0 - std::pow(double(beta1), t)));
-  float const keep = 1.0f - lr * decay;
+  float const keep = step.decay ? 1.0f - lr * decay : 1.0f;
   std::size_t const n = w.size();
   float* __restrict wp = w.data();
   float const* __restrict gp = g.data();
@@ -67,7 +72,7 @@ struct Adam {
   using State = detail::AdamMoments;
   void validate() const { detail::check_adam("Adam", lr, beta1, beta2, epsilon); }
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
-  void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, std::int64_t step) const {
+  void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, StepInfo step) const {
     detail::adam_update(w, g, s, offset, step, lr, beta1, beta2, epsilon, 0.0f);
   }
 };
@@ -79,8 +84,10 @@ struct AdamW {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-7f;
+  std::vector<std::string> exclude_from_weight_decay{};  // name substrings: {"bias"} skips the biases
 
   using State = detail::AdamMoments;
+  [[nodiscard]] bool decays(std::string_view tensor) const { return optim::decays(exclude_from_weight_decay, tensor); }
   void validate() const {
     detail::check_adam("AdamW", lr, beta1, beta2, epsilon);
     if (!(weight_decay >= 0.0f) || !(lr * weight_decay < 1.0f))
@@ -88,7 +95,7 @@ struct AdamW {
                                                 " must be >= 0 with lr * weight_decay < 1"));
   }
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
-  void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, std::int64_t step) const {
+  void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, StepInfo step) const {
     detail::adam_update(w, g, s, offset, step, lr, beta1, beta2, epsilon, weight_decay);
   }
 };

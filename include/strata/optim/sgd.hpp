@@ -10,6 +10,7 @@
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
+#include "strata/optim/optimizer.hpp"
 
 namespace strata::optim {
 
@@ -37,23 +38,24 @@ struct Sgd {
 
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(momentum > 0.0f ? size : 0)}; }
 
-  void update(std::span<float> w, std::span<float const> g, State& state, std::size_t offset, std::int64_t) const {
+  void update(std::span<float> w, std::span<float const> g, State& state, std::size_t offset, StepInfo step) const {
+    float const rate = lr * step.lr_scale;
     std::size_t const n = w.size();
     float* __restrict wp = w.data();
     float const* __restrict gp = g.data();
     if (momentum == 0.0f) {
-      for (std::size_t i = 0; i < n; ++i) wp[i] -= lr * gp[i];
+      for (std::size_t i = 0; i < n; ++i) wp[i] -= rate * gp[i];
       return;
     }
     float* __restrict vp = state.velocity.data() + offset;
     if (nesterov) {
       for (std::size_t i = 0; i < n; ++i) {
-        vp[i] = momentum * vp[i] - lr * gp[i];
-        wp[i] += momentum * vp[i] - lr * gp[i];
+        vp[i] = momentum * vp[i] - rate * gp[i];
+        wp[i] += momentum * vp[i] - rate * gp[i];
       }
     } else {
       for (std::size_t i = 0; i < n; ++i) {
-        vp[i] = momentum * vp[i] - lr * gp[i];
+        vp[i] = momentum * vp[i] - rate * gp[i];
         wp[i] += vp[i];
       }
     }

@@ -1,10 +1,16 @@
 #pragma once
 // Evaluator: distributed inference over a dataset — the mean loss and accuracy (evaluate)
-// or the model's outputs (predict) — with each replica on its shard of every batch.
+// or the model's outputs (predict) — with each replica on its shard of every batch. Under
+// mixed precision it computes as training does: on the weights rounded to the compute type,
+// with 16-bit activations.
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "strata/core/aligned_buffer.hpp"
+#include "strata/core/dtype.hpp"
 #include "strata/core/tensor.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
@@ -19,6 +25,7 @@ template <class Config, class Model>
 class Evaluator {
  public:
   using backend = typename strategy::BasicStrategy<Config>::backend;
+  using compute_type = typename Config::precision::compute_type;
   static constexpr int num_replicas = Config::num_replicas;
 
   Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size)
@@ -33,8 +40,9 @@ class Evaluator {
   template <nn::Loss LossFn>
   Evaluation evaluate(LossFn const& loss, data::Dataset const& data) {
     std::array<Tally, num_replicas> tallies{};
+    float const* params = weights();
     for_each_batch(data, [&](strategy::Shard const& shard, int r, auto& ws) {
-      tallies[std::size_t(r)] += forward_shard<backend>(*model_, ws, model_->parameters().data(), loss, shard, {});
+      tallies[std::size_t(r)] += forward_shard<backend>(*model_, ws, params, loss, shard, {});
     });
     Tally total;
     for (auto const& t : tallies) total += t;
@@ -49,10 +57,11 @@ class Evaluator {
   Matrix predict(data::Dataset const& data) {
     Matrix out(Model::output_width, Eigen::Index(data.size()));
     std::int64_t batch_start = 0;
+    float const* params = weights();
     for_each_batch(
         data,
         [&](strategy::Shard const& shard, int, auto& ws) {
-          model_->template forward<backend>(ws, model_->parameters().data(), shard.features, {});
+          model_->template forward<backend>(ws, params, shard.features, {});
           out.middleCols(Eigen::Index(batch_start + shard.first_sample), shard.size) = strata::detail::eigen(ws.output());
         },
         &batch_start);
@@ -60,6 +69,18 @@ class Evaluator {
   }
 
  private:
+  // The weights the forward pass reads: the model's, or a copy rounded to the compute type.
+  float const* weights() {
+    if constexpr (std::is_same_v<compute_type, float>) {
+      return model_->parameters().data();
+    } else {
+      if (rounded_.size() == 0) rounded_ = AlignedBuffer(Model::arena_size);
+      std::copy(model_->parameters().begin(), model_->parameters().end(), rounded_.data());
+      round_to<compute_type>(rounded_.data(), Model::arena_size);
+      return rounded_.data();
+    }
+  }
+
   // Calls fn(shard, replica, workspace) on every replica for every batch of `data`, in order.
   template <class Fn>
   void for_each_batch(data::Dataset const& data, Fn&& fn, std::int64_t* batch_start = nullptr) {
@@ -76,7 +97,8 @@ class Evaluator {
   comm::ThreadGroup* group_;
   Model const* model_;
   int batch_size_;
-  std::vector<typename Model::template Workspace<backend>> workspaces_;
+  std::vector<typename Model::template Workspace<backend, compute_type>> workspaces_;
+  AlignedBuffer rounded_;
 };
 
 }  // namespace strata::train

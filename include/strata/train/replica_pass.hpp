@@ -27,14 +27,14 @@ struct alignas(64) Tally {
 };
 
 // Forward pass over `shard`, then the loss and (for classification) the number of correct
-// predictions. The loss leaves d(sum of losses)/d(output) in the workspace for backward.
-template <class B, class Model, class LossFn>
-Tally forward_shard(Model const& model, typename Model::template Workspace<B>& ws, float const* params,
-                    LossFn const& loss, strategy::Shard const& shard, nn::ForwardContext const& context) {
+// predictions. The loss leaves loss_scale * d(sum of losses)/d(output) in the workspace for backward.
+template <class B, class Model, class Workspace, class LossFn>
+Tally forward_shard(Model const& model, Workspace& ws, float const* params, LossFn const& loss,
+                    strategy::Shard const& shard, nn::ForwardContext const& context, float loss_scale = 1.0f) {
   Tally tally;
   tally.samples = shard.size;
   model.template forward<B>(ws, params, shard.features, context);
-  tally.loss_sum = loss.template forward_backward<B>(ws.output(), shard.targets, ws.output_gradient(), 1.0f);
+  tally.loss_sum = loss.template forward_backward<B>(ws.output(), shard.targets, ws.output_gradient(), loss_scale);
   if constexpr (LossFn::reports_accuracy) tally.correct = nn::Accuracy::count_correct<B>(ws.output(), shard.targets);
   return tally;
 }

@@ -6,42 +6,70 @@
 // each replica reduces its owned slice of the arena across all replicas — summing in
 // replica order, scaled by 1/samples — in cache-sized chunks, and applies the optimizer to
 // that slice of the single shared copy of the weights while the chunk is still in cache.
+//
+// What needs the whole gradient before any weight moves takes one more barrier: a loss
+// scale (a step with a non-finite gradient is skipped everywhere), clipping by the global
+// norm, and layer-wise optimizers (Lamb's trust ratio per tensor). Then each replica
+// reduces its slice into a shared buffer with its share of the squared norm, and after the
+// barrier every replica adds the shares in replica order, so all take the same decision.
+//
+// Mixed precision: forward and backward read a copy of the weights rounded to the compute
+// type, refreshed slice by slice right after each update; the master weights, gradients and
+// optimizer state stay in float.
+//
 // No allocation, lock or type-erased call happens inside a step.
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_group.hpp"
 #include "strata/core/aligned_buffer.hpp"
+#include "strata/core/dtype.hpp"
 #include "strata/core/random.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/optim/optimizer.hpp"
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/strategy.hpp"
+#include "strata/train/loss_scale.hpp"
 #include "strata/train/replica_pass.hpp"
 
 namespace strata::train {
+
+// Options of the update that are not policies.
+struct StepOptions {
+  float clip_global_norm = 0.0f;  // > 0: scale the reduced gradient so its global L2 norm is at most this
+};
 
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn>
 class StepRunner {
  public:
   using backend = typename strategy::BasicStrategy<Config>::backend;
+  using compute_type = typename Config::precision::compute_type;
+  using scaler_type = LossScaler<typename Config::precision::loss_scale>;
   static constexpr int num_replicas = Config::num_replicas;
   static constexpr int accumulation_steps = Config::accumulation_steps;
+  static constexpr bool mixed = !std::is_same_v<compute_type, float>;
+  static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
   static constexpr std::size_t chunk_floats = 2048;  // 8 KiB: reduced and updated while in L1
 
   // `global_batch_size` bounds the batches this runner takes (shards are sized for it).
   StepRunner(strategy::BasicStrategy<Config>& strategy, Model& model, Opt const& optimizer, LossFn const& loss,
-             int global_batch_size, std::uint64_t seed)
+             int global_batch_size, std::uint64_t seed, StepOptions options = {})
       : group_(&strategy.group()), model_(&model), optimizer_(optimizer), loss_(loss),
-        state_(optimizer.make_state(Model::arena_size)), seed_(seed) {
+        state_(optimizer.make_state(Model::arena_size)), seed_(seed), options_(options) {
     optimizer_.validate();
+    if (!(options.clip_global_norm >= 0.0f) || !std::isfinite(options.clip_global_norm))
+      throw ConfigError(strata::detail::message("clip_global_norm ", options.clip_global_norm,
+                                                " must be a finite number >= 0 (0 turns clipping off)"));
     strategy::check_global_batch(global_batch_size, num_replicas);
     int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
     max_batch_ = global_batch_size;
@@ -55,6 +83,13 @@ class StepRunner {
       replica_gradients_[std::size_t(r)] = AlignedBuffer(Model::arena_size);
       gradients_[std::size_t(r)] = replica_gradients_[std::size_t(r)].data();
     }
+    plan_pieces();
+    whole_gradient_first_ = scaler_type::active || options.clip_global_norm > 0.0f || layerwise;
+    if (whole_gradient_first_) reduced_ = AlignedBuffer(Model::arena_size);
+    if constexpr (mixed) {
+      compute_weights_ = AlignedBuffer(Model::arena_size);
+      refresh_compute_weights(0, Model::arena_size);
+    }
   }
 
   // One global batch (one micro-batch under GradAccum<K>). Returns the summed loss and
@@ -66,15 +101,15 @@ class StepRunner {
     bool const accumulate = micro_ > 0;
     bool const apply = micro_ + 1 == accumulation_steps;
     samples_in_group_ += batch.size;
-    if (apply) ++step_;
     std::uint64_t const dropout_seed = mix64(seed_, std::uint64_t(micro_batches_seen_++));
+    float const loss_scale = scaler_.scale();
     strategy::DistributedBatch const distributed(batch, num_replicas);
     auto task = [&](int r) {
       strategy::Shard const shard = distributed.shard(r);
       auto& ws = workspaces_[std::size_t(r)];
-      float const* params = model_->parameters().data();
-      tallies_[std::size_t(r)] =
-          forward_shard<backend>(*model_, ws, params, loss_, shard, {true, dropout_seed, shard.first_sample});
+      float const* params = forward_weights();
+      tallies_[std::size_t(r)] = forward_shard<backend>(*model_, ws, params, loss_, shard,
+                                                        {true, dropout_seed, shard.first_sample}, loss_scale);
       model_->template backward<backend>(ws, params, gradients_[std::size_t(r)], shard.features, accumulate);
       if (apply) {
         group_->barrier(r);  // every replica's gradients are complete
@@ -82,8 +117,8 @@ class StepRunner {
       }
     };
     group_->run(task);
-    micro_ = apply ? 0 : micro_ + 1;
-    if (apply) samples_in_group_ = 0;
+    if (apply) finish_step();
+    else ++micro_;
     Tally total;
     for (auto const& t : tallies_) total += t;
     return total;
@@ -93,42 +128,156 @@ class StepRunner {
   // end of an epoch), so no sample's gradient is dropped. Does nothing when none is pending.
   void flush() {
     if (micro_ == 0) return;
-    ++step_;
     auto task = [&](int r) { update_owned_slice(r); };
     group_->run(task);
-    micro_ = 0;
-    samples_in_group_ = 0;
+    finish_step();
   }
 
   // Continues a run restored from a checkpoint taken at a step boundary: `steps` optimizer
-  // steps taken (Adam's bias correction) and `micro_batches` trained (the dropout counter).
-  void resume(std::int64_t steps, std::int64_t micro_batches) {
+  // steps taken (Adam's bias correction), `micro_batches` trained (the dropout counter) and
+  // the loss scale, when the checkpoint has one. Also re-reads the (restored) weights.
+  void resume(std::int64_t steps, std::int64_t micro_batches, std::optional<LossScaleState> loss_scale = {}) {
     step_ = steps;
     micro_batches_seen_ = micro_batches;
     micro_ = 0;
     samples_in_group_ = 0;
+    if (loss_scale) scaler_.restore(*loss_scale);
+    if constexpr (mixed) refresh_compute_weights(0, Model::arena_size);
   }
 
   [[nodiscard]] std::int64_t optimizer_steps() const { return step_; }
   [[nodiscard]] std::int64_t micro_batches() const { return micro_batches_seen_; }
   // True when no accumulation group is half done (what a checkpoint can capture).
   [[nodiscard]] bool at_step_boundary() const { return micro_ == 0; }
+  // Whether the last group's update was applied (false: skipped for a non-finite gradient).
+  [[nodiscard]] bool last_step_applied() const { return applied_; }
+  // The loss scale's state, or none for a precision without one.
+  [[nodiscard]] std::optional<LossScaleState> loss_scale() const {
+    if constexpr (scaler_type::active) return scaler_.state();
+    else return std::nullopt;
+  }
   [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
   [[nodiscard]] typename Opt::State& optimizer_state() { return state_; }
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return state_; }
 
  private:
-  void update_owned_slice(int r) {
-    comm::Slice const mine = comm::owned_slice(Model::arena_size, num_replicas, r);
-    float const scale = 1.0f / float(samples_in_group_);
-    float* params = model_->parameters().data();
-    float* reduced = scratch_[std::size_t(r)].data();
-    for (std::size_t begin = mine.begin; begin < mine.end; begin += chunk_floats) {
-      std::size_t const count = std::min(chunk_floats, mine.end - begin);
-      comm::reduce_range(gradients_.data(), num_replicas, begin, begin + count, comm::ReduceOp::sum, scale, reduced);
-      optimizer_.update(std::span<float>(params + begin, count), std::span<float const>(reduced, count), state_, begin,
-                        step_);
+  // The part of one parameter tensor inside one replica's owned slice.
+  struct Piece {
+    std::size_t begin = 0, end = 0;
+    std::size_t tensor = 0;
+    bool decay = true;
+  };
+  // One replica's share of the squared gradient norm, on its own cache line.
+  struct alignas(64) NormShare {
+    double sum_of_squares = 0.0;
+  };
+
+  void plan_pieces() {
+    auto const tensors = Model::parameter_tensors();
+    tensor_count_ = tensors.size();
+    for (int r = 0; r < num_replicas; ++r) {
+      comm::Slice const mine = comm::owned_slice(Model::arena_size, num_replicas, r);
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        std::size_t const begin = std::max(tensors[t].offset, mine.begin);
+        std::size_t const end = std::min(tensors[t].offset + nn::element_count(tensors[t].shape), mine.end);
+        bool decay = true;
+        if constexpr (requires { optimizer_.decays(tensors[t].name); }) decay = optimizer_.decays(tensors[t].name);
+        if (begin < end) pieces_[std::size_t(r)].push_back({begin, end, t, decay});
+      }
+      if constexpr (layerwise) tensor_shares_[std::size_t(r)].resize(tensor_count_);
     }
+  }
+
+  [[nodiscard]] float const* forward_weights() const {
+    if constexpr (mixed) return compute_weights_.data();
+    else return model_->parameters().data();
+  }
+
+  void refresh_compute_weights(std::size_t begin, std::size_t end) {
+    std::copy(model_->parameters().data() + begin, model_->parameters().data() + end, compute_weights_.data() + begin);
+    round_to<compute_type>(compute_weights_.data() + begin, end - begin);
+  }
+
+  // Calls f(begin, count, piece) for each chunk of replica r's pieces.
+  template <class F>
+  void for_each_chunk(int r, F&& f) {
+    for (Piece const& piece : pieces_[std::size_t(r)])
+      for (std::size_t begin = piece.begin; begin < piece.end; begin += chunk_floats)
+        f(begin, std::min(chunk_floats, piece.end - begin), piece);
+  }
+
+  void update_owned_slice(int r) {
+    // The mean over the group's samples, and the loss scale taken back out.
+    float const scale = 1.0f / (float(samples_in_group_) * scaler_.scale());
+    optim::StepInfo const step{step_ + 1};
+    float* params = model_->parameters().data();
+    auto info = [&](Piece const& piece) { return optim::StepInfo{step.t, step.lr_scale, piece.decay}; };
+    auto weights = [&](std::size_t begin, std::size_t count) { return std::span<float>(params + begin, count); };
+    if (!whole_gradient_first_) {  // fused: reduce a chunk, update it while it is in cache
+      float* reduced = scratch_[std::size_t(r)].data();
+      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+        comm::reduce_range(gradients_.data(), num_replicas, begin, begin + count, comm::ReduceOp::sum, scale, reduced);
+        optimizer_.update(weights(begin, count), std::span<float const>(reduced, count), state_, begin, info(piece));
+      });
+    } else {
+      double squares = 0.0;
+      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const&) {
+        float* out = reduced_.data() + begin;
+        comm::reduce_range(gradients_.data(), num_replicas, begin, begin + count, comm::ReduceOp::sum, scale, out);
+        squares += sum_of_squares(out, count);
+      });
+      norm_shares_[std::size_t(r)].sum_of_squares = squares;
+      group_->barrier(r);
+      double total = 0.0;
+      for (auto const& share : norm_shares_) total += share.sum_of_squares;  // replica order: one answer everywhere
+      bool const finite = std::isfinite(total);  // an inf or NaN anywhere makes the sum non-finite
+      if (r == 0) applied_ = finite || !scaler_type::active;
+      if (!finite && scaler_type::active) return;  // skipped on every replica alike
+      float const clip = options_.clip_global_norm;
+      float const factor = clip > 0.0f && finite && std::sqrt(total) > clip ? float(clip / std::sqrt(total)) : 1.0f;
+      auto gradient = [&](std::size_t begin, std::size_t count) {
+        float* g = reduced_.data() + begin;
+        if (factor != 1.0f)
+          for (std::size_t i = 0; i < count; ++i) g[i] *= factor;
+        return std::span<float const>(g, count);
+      };
+      if constexpr (layerwise) {
+        auto& shares = tensor_shares_[std::size_t(r)];
+        std::fill(shares.begin(), shares.end(), optim::NormShares{});
+        for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+          shares[piece.tensor] += optimizer_.moments(weights(begin, count), gradient(begin, count), state_, begin, info(piece));
+        });
+        group_->barrier(r);
+        for (Piece const& piece : pieces_[std::size_t(r)]) {
+          optim::NormShares tensor;
+          for (auto const& replica : tensor_shares_) tensor += replica[piece.tensor];
+          optimizer_.apply(weights(piece.begin, piece.end - piece.begin), state_, piece.begin, info(piece),
+                           Opt::trust_ratio(tensor));
+        }
+      } else {
+        for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+          optimizer_.update(weights(begin, count), gradient(begin, count), state_, begin, info(piece));
+        });
+      }
+    }
+    if constexpr (mixed) {
+      comm::Slice const mine = comm::owned_slice(Model::arena_size, num_replicas, r);
+      refresh_compute_weights(mine.begin, mine.end);
+    }
+  }
+
+  static double sum_of_squares(float const* x, std::size_t n) {
+    double total = 0.0;
+    for (std::size_t i = 0; i < n; ++i) total += double(x[i]) * double(x[i]);
+    return total;
+  }
+
+  // After every replica updated (or skipped) its slice.
+  void finish_step() {
+    if (applied_) ++step_;
+    if constexpr (scaler_type::active) scaler_.record(applied_);
+    micro_ = 0;
+    samples_in_group_ = 0;
   }
 
   comm::ThreadGroup* group_;
@@ -137,18 +286,29 @@ class StepRunner {
   LossFn loss_;
   typename Opt::State state_;
   std::uint64_t seed_;
+  StepOptions options_;
+  scaler_type scaler_{};
   int max_batch_ = 0;
 
-  std::vector<typename Model::template Workspace<backend>> workspaces_;
+  std::vector<typename Model::template Workspace<backend, compute_type>> workspaces_;
   std::array<AlignedBuffer, num_replicas> replica_gradients_;  // [0] unused: replica 0 uses the model's
   std::array<float*, num_replicas> gradients_{};
   std::array<AlignedBuffer, num_replicas> scratch_;
   std::array<Tally, num_replicas> tallies_{};
+  std::array<std::vector<Piece>, num_replicas> pieces_;
+  std::size_t tensor_count_ = 0;
+
+  bool whole_gradient_first_ = false;
+  AlignedBuffer reduced_;                                  // the reduced gradient, when reduced before updating
+  std::array<NormShare, num_replicas> norm_shares_{};
+  std::array<std::vector<optim::NormShares>, num_replicas> tensor_shares_;  // Lamb: per tensor, per replica
+  AlignedBuffer compute_weights_;                          // mixed precision: the weights rounded to compute_type
 
   int micro_ = 0;                       // micro-batches accumulated in the current group
   std::int64_t samples_in_group_ = 0;   // samples whose gradients the current group holds
-  std::int64_t step_ = 0;               // optimizer steps taken (1-based inside update)
+  std::int64_t step_ = 0;               // optimizer steps applied
   std::int64_t micro_batches_seen_ = 0;
+  bool applied_ = true;                 // whether the last group's update was applied
 };
 
 }  // namespace strata::train

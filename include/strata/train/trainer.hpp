@@ -35,15 +35,13 @@ struct FitOptions {
   bool shuffle = true;                        // a fresh seeded order every epoch
   std::uint64_t seed = 0;                     // shuffling and dropout
   int prefetch = 1;                           // shuffled batches gathered ahead on a background thread
+  float clip_global_norm = 0.0f;              // > 0: clip the reduced gradient to this global L2 norm
 };
 
 // Policies whose code is not written yet are parsed (so the grammar is complete) but
 // rejected when a trainer would have to run them.
 template <class Config>
 constexpr void check_runnable() {
-  static_assert(std::is_same_v<typename Config::precision, policy::FullPrecision>,
-                "strata::Trainer: MixedPrecision, MixedPrecisionFp16 and custom Precision<> are parsed but not "
-                "implemented yet; train with FullPrecision (the default) for now (docs/roadmap.md)");
   static_assert(std::is_same_v<typename Config::compression, policy::NoCompression>,
                 "strata::Trainer: Compress<T> is parsed but not implemented yet (docs/roadmap.md)");
 }
@@ -69,7 +67,8 @@ class BasicTrainer {
     check_data<Model>(loss, train, "fit: the training dataset");
     if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
 
-    StepRunner<Config, Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed);
+    StepRunner<Config, Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
+                                                  {options.clip_global_norm});
     std::optional<Evaluator<Config, Model>> validator;
     if (options.validation) validator.emplace(strategy_, model, options.batch_size);
     data::Dataset const ordered = options.shuffle ? train.shuffle(options.seed) : train;
@@ -80,11 +79,12 @@ class BasicTrainer {
     state.config = Config::describe();
     state.progress.seed = options.seed;
     state.progress.batch_size = options.batch_size;
+    state.progress.loss_scale = runner.loss_scale();
     TrainBegin const begin{options.epochs, batches.batches_per_epoch(), options.batch_size, num_replicas,
                            Config::accumulation_steps};
     hooks.train_begin(begin, state, callbacks...);
     io::Progress const start = state.progress;  // a restored run continues exactly here
-    runner.resume(start.step, start.micro_batches);
+    runner.resume(start.step, start.micro_batches, start.loss_scale);
     History history = History::from_map(start.history);
 
     bool stop = false;
@@ -169,6 +169,7 @@ class BasicTrainer {
     p.epoch_loss_sum = tally.loss_sum;
     p.epoch_correct = tally.correct;
     p.epoch_samples = tally.samples;
+    p.loss_scale = runner.loss_scale();
     state.at_step_boundary = runner.at_step_boundary();
   }
 
