@@ -1,14 +1,20 @@
-// Optimizers against hand-computed steps (in double), and slice independence.
+// Optimizers against hand-computed steps (in double), slice independence, schedules, and
+// the trainer's whole-gradient steps (Lamb's trust ratio, clipping by the global norm,
+// weight-decay exclusions) against a single-replica oracle computed here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "strata.hpp"
 
 using namespace strata;
 
-static_assert(optim::Optimizer<Sgd> && optim::Optimizer<Adam> && optim::Optimizer<AdamW>);
+static_assert(optim::Optimizer<Sgd> && optim::Optimizer<Adam> && optim::Optimizer<AdamW> && optim::Optimizer<Lamb>);
+static_assert(optim::LayerwiseOptimizer<Lamb> && !optim::LayerwiseOptimizer<Adam>);
+static_assert(optim::LayerwiseOptimizer<optim::Scheduled<Lamb, CosineDecay>>);
 
 namespace {
 // Runs `steps` updates with the same gradient sequence g_t = g * t on a 3-element arena.
@@ -80,5 +86,159 @@ TEST_CASE("hyper-parameters that cannot work are rejected with the value") {
   CHECK_THROWS_AS(Sgd{.momentum = 1.0f}.validate(), ConfigError);
   CHECK_THROWS_AS(Adam{.beta1 = 1.0f}.validate(), ConfigError);
   CHECK_THROWS_AS(AdamW{.weight_decay = -0.1f}.validate(), ConfigError);
+  CHECK_THROWS_AS(Lamb{.epsilon = 0.0f}.validate(), ConfigError);
+  CHECK_THROWS_WITH_AS(scheduled(Sgd{}, WarmupLinearDecay{.warmup_steps = 10, .total_steps = 10}).validate(),
+                       "WarmupLinearDecay: warmup_steps 10, total_steps 10, end_factor 0; need 0 <= warmup_steps < "
+                       "total_steps and end_factor in [0, 1]",
+                       ConfigError);
+  CHECK_THROWS_AS(CosineDecay{.decay_steps = 0}.validate(), ConfigError);
+  CHECK_THROWS_AS(StepDecay{.every_steps = 0}.validate(), ConfigError);
+  CHECK_THROWS_AS((void)linear_scaling(0.1f, 0, 256), ConfigError);
   CHECK_NOTHROW(Adam{}.validate());
+}
+
+TEST_CASE("Lamb: one step by hand, per tensor, with and without weight decay") {
+  double const lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-6, wd = 0.1;
+  std::vector<double> const w0{1.0, -2.0, 0.5}, g{0.5, -1.0, 0.25};
+  for (bool decay : {true, false}) {
+    std::vector<double> u(3);
+    double wn = 0, un = 0;
+    // Step 1: m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected to g and g^2.
+    for (std::size_t i = 0; i < 3; ++i) {
+      double const m = (1 - b1) * g[i] / (1 - b1), v = (1 - b2) * g[i] * g[i] / (1 - b2);
+      u[i] = m / (std::sqrt(v) + eps) + (decay ? wd * w0[i] : 0.0);
+      wn += w0[i] * w0[i];
+      un += u[i] * u[i];
+    }
+    double const ratio = decay ? std::sqrt(wn) / std::sqrt(un) : 1.0;
+    std::vector<float> w{1.0f, -2.0f, 0.5f};
+    std::vector<float> const gf{0.5f, -1.0f, 0.25f};
+    Lamb const lamb{.lr = 0.01f, .weight_decay = 0.1f};
+    auto state = lamb.make_state(3);
+    lamb.update(std::span<float>(w), std::span<float const>(gf), state, 0, StepInfo{1, 1.0f, decay});
+    for (std::size_t i = 0; i < 3; ++i) CHECK(w[i] == doctest::Approx(w0[i] - lr * ratio * u[i]).epsilon(1e-6));
+  }
+  // A zero tensor has no trust ratio to take: it falls back to 1.
+  CHECK(Lamb::trust_ratio({0.0, 4.0}) == 1.0f);
+  CHECK(Lamb::trust_ratio({9.0, 4.0}) == doctest::Approx(1.5));
+}
+
+TEST_CASE("schedules give their closed forms, and scheduled() runs the optimizer at lr * factor") {
+  WarmupLinearDecay const linear{.warmup_steps = 4, .total_steps = 12, .end_factor = 0.0f};
+  CHECK(linear(0) == 0.0f);
+  CHECK(linear(2) == 0.5f);
+  CHECK(linear(4) == 1.0f);
+  CHECK(linear(8) == 0.5f);
+  CHECK(linear(12) == 0.0f);
+  CHECK(linear(20) == 0.0f);
+  CosineDecay const cosine{.decay_steps = 10, .alpha = 0.2f, .warmup_steps = 2};
+  CHECK(cosine(1) == 0.5f);
+  CHECK(cosine(2) == doctest::Approx(1.0));
+  CHECK(cosine(7) == doctest::Approx(0.2 + 0.8 * 0.5));  // halfway through the decay
+  CHECK(cosine(12) == doctest::Approx(0.2));
+  CHECK(cosine(99) == doctest::Approx(0.2));
+  StepDecay const staircase{.every_steps = 3, .factor = 0.5f};
+  CHECK(staircase(2) == 1.0f);
+  CHECK(staircase(3) == 0.5f);
+  CHECK(staircase(7) == 0.25f);
+  CHECK(ConstantSchedule{}(1000) == 1.0f);
+  CHECK(linear_scaling(0.1f, 256, 1024) == doctest::Approx(0.4));
+
+  // Plain SGD with g = 1: each step moves the weight by -lr * factor(step - 1).
+  auto const opt = scheduled(Sgd{.lr = 0.1f}, staircase);
+  static_assert(std::string_view(decltype(opt)::name) == "Sgd");
+  std::vector<float> w{0.0f};
+  std::vector<float> const g{1.0f};
+  auto state = opt.make_state(1);
+  double expected = 0.0;
+  for (int t = 1; t <= 7; ++t) {
+    opt.update(std::span<float>(w), std::span<float const>(g), state, 0, t);
+    expected -= 0.1 * staircase(t - 1);
+    CHECK(w[0] == doctest::Approx(expected).epsilon(1e-6));
+  }
+}
+
+namespace {
+using Mlp = Sequential<Dense<784, 24>, Relu, Dense<24, 10>>;
+
+Dataset const& sample() {
+  static Dataset const data = data::fashion_mnist(data::Split::train).take(96);
+  return data;
+}
+
+// The gradient of the mean loss over the whole batch, on one replica, by hand (the oracle).
+std::vector<float> full_gradient(Mlp& model) {
+  Mlp::Workspace<CpuBackend> ws(96);
+  Matrix const x = detail::eigen(sample().features());
+  Matrix const y = detail::eigen(sample().targets());
+  model.forward<CpuBackend>(ws, model.parameters().data(), view(x), {});
+  SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(y), ws.output_gradient(), 1.0f / 96.0f);
+  model.backward<CpuBackend>(ws, model.parameters().data(), model.gradients().data(), view(x), false);
+  return {model.gradients().begin(), model.gradients().end()};
+}
+
+// One optimizer step of Trainer<Strategy> on the 96-sample batch.
+template <class Strategy, class O>
+std::vector<float> one_step(O const& optimizer, float clip = 0.0f) {
+  Mlp model(3);
+  Trainer<Strategy> trainer;
+  trainer.fit(model, optimizer, SoftmaxCrossEntropy{}, sample(),
+              {.batch_size = 96, .shuffle = false, .clip_global_norm = clip});
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+double max_difference(std::vector<float> const& a, std::vector<float> const& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("clipping by the global norm scales the reduced gradient across all replicas", S, OneDevice,
+                   Mirrored<2>, Mirrored<3>) {
+  Mlp model(3);
+  std::vector<float> const w0(model.parameters().begin(), model.parameters().end());
+  std::vector<float> const g = full_gradient(model);
+  double norm = 0.0;
+  for (float v : g) norm += double(v) * v;
+  norm = std::sqrt(norm);
+  REQUIRE(norm > 0.5);
+  for (float clip : {float(norm / 4), float(norm * 2)}) {
+    double const factor = std::min(1.0, clip / norm);
+    std::vector<float> expected(w0.size());
+    for (std::size_t i = 0; i < w0.size(); ++i) expected[i] = float(w0[i] - 0.5 * factor * g[i]);
+    CHECK(max_difference(one_step<S>(Sgd{.lr = 0.5f}, clip), expected) < 1e-6);
+  }
+}
+
+TEST_CASE_TEMPLATE("Lamb in the trainer takes each tensor's trust ratio over all replicas", S, OneDevice, Mirrored<2>,
+                   Mirrored<3>) {
+  // The oracle: Lamb::update on each whole tensor of the single-replica gradient.
+  Mlp model(3);
+  std::vector<float> const g = full_gradient(model);
+  Lamb const lamb{.lr = 0.02f, .weight_decay = 0.05f, .exclude_from_weight_decay = {"bias"}};
+  std::vector<float> expected(model.parameters().begin(), model.parameters().end());
+  auto state = lamb.make_state(expected.size());
+  for (auto const& t : Mlp::parameter_tensors()) {
+    std::size_t const n = nn::element_count(t.shape);
+    lamb.update(std::span<float>(expected).subspan(t.offset, n), std::span<float const>(g).subspan(t.offset, n), state,
+                t.offset, StepInfo{1, 1.0f, lamb.decays(t.name)});
+  }
+  CHECK(max_difference(one_step<S>(lamb), expected) < 1e-6);
+  // The exclusions matter: kernels without decay and trust ratio take another step.
+  CHECK(max_difference(one_step<S>(Lamb{.lr = 0.02f, .weight_decay = 0.05f, .exclude_from_weight_decay = {"kernel"}}),
+                       expected) > 1e-4);
+}
+
+TEST_CASE("AdamW's exclusions leave the named tensors to plain Adam") {
+  auto const decayed = one_step<Mirrored<2>>(AdamW{.lr = 0.01f, .weight_decay = 0.5f, .exclude_from_weight_decay = {"bias"}});
+  auto const plain = one_step<Mirrored<2>>(Adam{.lr = 0.01f});
+  for (auto const& t : Mlp::parameter_tensors()) {
+    std::size_t const n = nn::element_count(t.shape);
+    std::vector<float> const a(decayed.begin() + long(t.offset), decayed.begin() + long(t.offset + n));
+    std::vector<float> const b(plain.begin() + long(t.offset), plain.begin() + long(t.offset + n));
+    CAPTURE(t.name);
+    if (t.name.find("bias") != std::string::npos) CHECK(a == b);
+    else CHECK(max_difference(a, b) > 1e-4);
+  }
 }

@@ -1,0 +1,308 @@
+// Mixed precision and gradient accumulation: 16-bit storage against the scalar conversions,
+// the 16-bit forward pass against a float oracle rounded by hand, activation bytes, the
+// loss-scale rules (an injected overflow skips exactly that step), accuracy against fp32
+// on Fashion-MNIST, and GradAccum<K> against one step on the K-times larger batch for every
+// strategy and precision.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "strata.hpp"
+#include "temp_dir.hpp"
+
+using namespace strata;
+
+namespace {
+using Mlp = Sequential<Dense<784, 64>, Relu, Dense<64, 10>>;
+
+Dataset const& fashion(std::size_t n = 600) {
+  static Dataset const data = data::fashion_mnist(data::Split::train).take(2400);
+  static std::map<std::size_t, Dataset> taken;
+  auto [it, fresh] = taken.try_emplace(n, Dataset{});
+  if (fresh) it->second = data.take(n);
+  return it->second;
+}
+
+std::vector<float> weights(Mlp const& model) { return {model.parameters().begin(), model.parameters().end()}; }
+
+double relative_difference(std::vector<float> const& a, std::vector<float> const& b) {
+  Eigen::Map<Vector const> x(a.data(), Eigen::Index(a.size())), y(b.data(), Eigen::Index(b.size()));
+  return double((x - y).norm() / y.norm());
+}
+
+template <class T>
+bool representable(float const* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float r = x[i];
+    round_to<T>(&r, 1);
+    if (!(r == x[i] || (std::isnan(r) && std::isnan(x[i])))) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("16-bit storage round-trips every bit pattern through the scalar conversions", T, bf16, fp16) {
+  std::vector<T> all(65536), back(65536);
+  std::vector<float> wide(65536), rounded(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) all[i].bits = std::uint16_t(i);
+  load<T>(wide.data(), all.data(), all.size());
+  store<T>(back.data(), wide.data(), wide.size());
+  rounded = wide;
+  round_to<T>(rounded.data(), rounded.size());
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    float const scalar = float(all[i]);
+    bool const nan = std::isnan(scalar);
+    CHECK((nan ? std::isnan(wide[i]) : wide[i] == scalar));
+    CHECK((nan ? std::isnan(float(back[i])) : back[i].bits == all[i].bits));
+    CHECK((nan ? std::isnan(rounded[i]) : rounded[i] == scalar));
+  }
+  // Rounding to nearest even, and overflow: fp16 has no 1e5, bf16 has.
+  float x[3] = {1.0f + (std::is_same_v<T, bf16> ? 0x1p-8f : 0x1p-11f), 1e5f, -3.0e-9f};
+  round_to<T>(x, 3);
+  CHECK(x[0] == 1.0f);  // half of the last bit: a tie, which rounds to the even neighbour
+  if constexpr (std::is_same_v<T, fp16>) CHECK(std::isinf(x[1]));
+  else CHECK(x[1] == doctest::Approx(1e5).epsilon(0.004));
+}
+
+TEST_CASE_TEMPLATE("a 16-bit forward pass equals the float layers on rounded values", T, bf16, fp16) {
+  using Model = Sequential<Dense<784, 48>, Relu, Dropout, Dense<48, 10>>;
+  Model const model(7, {}, {}, Dropout{0.25f}, {});
+  int const n = 300;  // three chunks of 128, the last one partial
+  Matrix const x = detail::eigen(fashion().features()).leftCols(n);
+  std::vector<float> rounded_weights(model.parameters().begin(), model.parameters().end());
+  round_to<T>(rounded_weights.data(), rounded_weights.size());
+  Model::Workspace<CpuBackend, T> ws(n);
+  nn::ForwardContext const context{true, 99, 0};
+  model.forward<CpuBackend>(ws, rounded_weights.data(), view(x), context);
+
+  // The oracle, written out with Eigen: round the input, then every layer's output.
+  auto round = [](Matrix m) {
+    round_to<T>(m.data(), std::size_t(m.size()));
+    return m;
+  };
+  Eigen::Map<Matrix const> w1(rounded_weights.data() + Model::offsets[0], 48, 784);
+  Eigen::Map<Vector const> b1(rounded_weights.data() + Model::offsets[0] + 784 * 48, 48);
+  Eigen::Map<Matrix const> w2(rounded_weights.data() + Model::offsets[3], 10, 48);
+  Eigen::Map<Vector const> b2(rounded_weights.data() + Model::offsets[3] + 48 * 10, 10);
+  Matrix h = round((w1 * round(x)).colwise() + b1);
+  h = round(h.cwiseMax(0.0f));
+  Matrix mask(48, n), dropped(48, n);
+  CpuBackend::dropout(view(h), view(dropped), view(mask), 0.25f, 99, 0);
+  Matrix const expected = round((w2 * round(dropped)).colwise() + b2);
+  Matrix const got = detail::eigen(ws.output());
+  CHECK(representable<T>(got.data(), std::size_t(got.size())));
+  // GEMM blocking differs between a 128-column chunk and the whole batch: one unit in the last place.
+  float const ulp = std::is_same_v<T, bf16> ? 1.0f / 128.0f : 1.0f / 1024.0f;
+  CHECK(((got - expected).array().abs() <= ulp * (expected.array().abs() + 1e-3f)).all());
+}
+
+TEST_CASE("mixed precision stores activations in 16 bits: half the bytes of float") {
+  using Model = Sequential<Dense<784, 1024>, Relu, Dense<1024, 1024>, Relu, Dense<1024, 10>>;
+  Model::Workspace<CpuBackend> full(1024);
+  Model::Workspace<CpuBackend, bf16> half(1024);
+  std::size_t const kept = (1024 * 4) * std::size_t(1024);  // four 1024-wide layer outputs
+  CHECK(full.activation_bytes() == (kept + 10 * 1024) * 4);
+  CHECK(half.activation_bytes() == kept * 2 + 10 * 1024 * 4);  // the logits stay float for the loss
+  CHECK(double(half.activation_bytes()) / double(full.activation_bytes()) < 0.51);
+  CHECK(half.bytes() < full.bytes() / 2);  // the float working set is one 128-sample chunk
+}
+
+TEST_CASE_TEMPLATE("a 16-bit backward pass stays close to the float gradient", T, bf16, fp16) {
+  Mlp model(11);
+  Matrix const x = detail::eigen(fashion().features()).leftCols(200);
+  Matrix const y = detail::eigen(fashion().targets()).leftCols(200);
+  auto gradient = [&]<class U>(U) {
+    typename Mlp::template Workspace<CpuBackend, U> ws(200);
+    std::vector<float> w = weights(model), g(Mlp::arena_size);
+    round_to<U>(w.data(), w.size());
+    model.forward<CpuBackend>(ws, w.data(), view(x), {});
+    SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(y), ws.output_gradient(), 1.0f);
+    model.backward<CpuBackend>(ws, w.data(), g.data(), view(x), false);
+    return g;
+  };
+  auto const reference = gradient(float{});
+  auto const mixed = gradient(T{});
+  CHECK(relative_difference(mixed, reference) < (std::is_same_v<T, bf16> ? 2e-2 : 4e-3));
+  CHECK(relative_difference(mixed, reference) > 0.0);  // it did round
+}
+
+TEST_CASE("the dynamic loss scale follows Keras' rules") {
+  train::LossScaler<policy::BasicDynamicLossScale<1024, 3>> s;
+  CHECK(s.scale() == 1024.0f);
+  s.record(true);
+  s.record(true);
+  CHECK(s.scale() == 1024.0f);
+  s.record(true);  // the third finite step in a row doubles it
+  CHECK(s.scale() == 2048.0f);
+  CHECK(s.state().good_steps == 0);
+  s.record(true);
+  s.record(false);  // an overflow halves it and restarts the count
+  CHECK(s.scale() == 1024.0f);
+  CHECK(s.state().good_steps == 0);
+  CHECK(s.state().skipped_steps == 1);
+  train::LossScaler<policy::BasicDynamicLossScale<2, 2000>> low;
+  low.record(false);
+  low.record(false);
+  CHECK(low.scale() == 1.0f);  // never below 1
+  train::LossScaler<policy::StaticLossScale<64>> fixed;
+  fixed.record(false);
+  CHECK(fixed.scale() == 64.0f);
+  CHECK(fixed.state().skipped_steps == 1);
+}
+
+namespace {
+template <class... Ps>
+using Runner = train::StepRunner<policy::Config<Ps...>, Mlp, Adam, SoftmaxCrossEntropy>;
+
+// Batch `index` of 20 samples from the training set; `poison` puts a pixel fp16 cannot hold in it.
+data::Batch batch(int index, Matrix& features, Matrix& targets, bool poison = false) {
+  features = detail::eigen(fashion().features()).middleCols(index * 20, 20);
+  targets = detail::eigen(fashion().targets()).middleCols(index * 20, 20);
+  if (poison) features(300, 7) = 1e6f;
+  return data::Batch{view(std::as_const(features)), view(std::as_const(targets)), 20, index};
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("an injected overflow skips exactly that step and halves the scale", S, OneDevice, Mirrored<2>) {
+  Strategy<S, MixedPrecisionFp16> strategy;
+  Mlp model(5);
+  Runner<S, MixedPrecisionFp16> runner(strategy, model, Adam{}, SoftmaxCrossEntropy{}, 20, 1);
+  Matrix f, t;
+  for (int i = 0; i < 3; ++i) runner.train_on_batch(batch(i, f, t));
+  CHECK(runner.optimizer_steps() == 3);
+  REQUIRE(runner.loss_scale());
+  CHECK(runner.loss_scale()->scale == 32768.0f);
+  CHECK(runner.loss_scale()->good_steps == 3);
+  auto const before = weights(model);
+  auto const tally = runner.train_on_batch(batch(3, f, t, true));
+  CHECK(!std::isfinite(tally.loss_sum));
+  CHECK(!runner.last_step_applied());
+  CHECK(weights(model) == before);  // not one weight moved
+  CHECK(runner.optimizer_steps() == 3);
+  CHECK(runner.loss_scale()->scale == 16384.0f);
+  CHECK(runner.loss_scale()->good_steps == 0);
+  CHECK(runner.loss_scale()->skipped_steps == 1);
+  runner.train_on_batch(batch(4, f, t));  // the next batch trains again
+  CHECK(runner.last_step_applied());
+  CHECK(weights(model) != before);
+  CHECK(runner.optimizer_steps() == 4);
+  CHECK(runner.loss_scale()->skipped_steps == 1);
+}
+
+TEST_CASE("a loss scale too large for fp16 is halved until the gradients fit, skipping only those steps") {
+  Strategy<Mirrored<2>, Precision<fp16, BasicDynamicLossScale<(1L << 30), 2000>>> strategy;
+  Mlp model(5);
+  Runner<Mirrored<2>, Precision<fp16, BasicDynamicLossScale<(1L << 30), 2000>>> runner(strategy, model, Adam{},
+                                                                                       SoftmaxCrossEntropy{}, 20, 1);
+  Matrix f, t;
+  int skipped = 0;
+  for (int i = 0; i < 30; ++i) {
+    runner.train_on_batch(batch(i, f, t));
+    skipped += runner.last_step_applied() ? 0 : 1;
+  }
+  CHECK(skipped >= 5);  // the logits' gradient times 2^30 overflows fp16's 65504
+  CHECK(runner.loss_scale()->skipped_steps == skipped);
+  CHECK(runner.optimizer_steps() == 30 - skipped);
+  CHECK(runner.loss_scale()->scale == float(1L << (30 - skipped)));
+  for (float w : model.parameters()) REQUIRE(std::isfinite(w));
+}
+
+TEST_CASE("fit exposes the loss scale to callbacks and checkpoints keep it") {
+  struct Watch {
+    std::optional<LossScaleState> seen;
+    void on_batch_end(BatchLogs const&, TrainingState& state) { seen = state.progress.loss_scale; }
+  } watch;
+  Mlp model(2);
+  Trainer<MixedPrecisionFp16> trainer;
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, fashion(), {.batch_size = 60}, watch);
+  REQUIRE(watch.seen);
+  CHECK(watch.seen->scale == 32768.0f);
+  CHECK(watch.seen->good_steps == 10);
+
+  TempDir dir;
+  Adam const adam;
+  auto state = adam.make_state(Mlp::arena_size);
+  io::Progress progress;
+  progress.loss_scale = LossScaleState{4096.0f, 17, 3};
+  save_checkpoint(dir.path / "fp16.safetensors", model, adam, state, progress);
+  auto const back = load_checkpoint(dir.path / "fp16.safetensors", model, adam, state);
+  REQUIRE(back.loss_scale);
+  CHECK(back.loss_scale->scale == 4096.0f);
+  CHECK(back.loss_scale->good_steps == 17);
+  CHECK(back.loss_scale->skipped_steps == 3);
+  save_checkpoint(dir.path / "fp32.safetensors", model, adam, state, io::Progress{});
+  CHECK(!load_checkpoint(dir.path / "fp32.safetensors", model, adam, state).loss_scale);
+}
+
+TEST_CASE("bf16 and fp16 training reach fp32's Fashion-MNIST accuracy within one point") {
+  auto const train = data::fashion_mnist(data::Split::train).take(12000);
+  auto const test = data::fashion_mnist(data::Split::test).take(4000);
+  auto accuracy = [&]<class P>(P) {
+    Mlp model(21);
+    Trainer<Mirrored<2>, P> trainer;
+    trainer.fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train, {.epochs = 3, .batch_size = 64, .seed = 3});
+    return *trainer.evaluate(model, SoftmaxCrossEntropy{}, test).accuracy;
+  };
+  double const fp32 = accuracy(FullPrecision{});
+  double const bf = accuracy(MixedPrecision{});
+  double const half = accuracy(MixedPrecisionFp16{});
+  MESSAGE("test accuracy fp32 ", fp32, ", bf16 ", bf, ", fp16 ", half);
+  CHECK(fp32 > 0.80);
+  CHECK(std::abs(bf - fp32) < 0.01);
+  CHECK(std::abs(half - fp32) < 0.01);
+}
+
+namespace {
+// The change of the weights after training on `samples` samples in one order: at batch B
+// with GradAccum<K>, or at batch K*B.
+template <class... Ps>
+std::vector<float> accumulated(int batch_size, int epochs, std::size_t samples) {
+  Mlp model(9);
+  auto const initial = weights(model);
+  Trainer<Ps...> trainer;
+  trainer.fit(model, Sgd{.lr = 0.05f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, fashion(samples),
+              {.epochs = epochs, .batch_size = batch_size, .seed = 4});
+  auto delta = weights(model);
+  for (std::size_t i = 0; i < delta.size(); ++i) delta[i] -= initial[i];
+  return delta;
+}
+
+template <class Strategy, class Precision, int K>
+void check_accumulation(double tolerance, int epochs = 2, std::size_t samples = 600) {
+  auto const single = accumulated<Strategy, Precision>(15 * K, epochs, samples);
+  auto const accumulating = accumulated<Strategy, Precision, GradAccum<K>>(15, epochs, samples);
+  CAPTURE(K);
+  CAPTURE(Strategy::name());
+  CAPTURE(Precision::name());
+  CHECK(relative_difference(accumulating, single) <= tolerance);
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("GradAccum<1, 2, 8> equals one step on the K-times larger batch, on every strategy", S, OneDevice,
+                   Mirrored<2>, Mirrored<4>) {
+  // Float: two epochs of 600 samples (partial last groups included), equal within fp32 rounding.
+  check_accumulation<S, FullPrecision, 1>(0.0);
+  check_accumulation<S, FullPrecision, 2>(1e-5);
+  check_accumulation<S, FullPrecision, 8>(1e-5);
+  // 16 bits: one step, the update of K x 15 samples, equal within fp32 rounding too. (Over
+  // many steps a difference in the last float bit can move a value to the next 16-bit one,
+  // and training amplifies that.)
+  check_accumulation<S, MixedPrecision, 8>(1e-5, 1, 120);
+  check_accumulation<S, MixedPrecisionFp16, 8>(1e-5, 1, 120);
+  check_accumulation<S, MixedPrecisionFp16, 2>(1e-5, 1, 30);
+}
+
+TEST_CASE("Trainer<Mirrored<4>, MixedPrecision, GradAccum<8>> trains") {
+  Mlp model(13);
+  Trainer<Mirrored<4>, MixedPrecision, GradAccum<8>> trainer;
+  auto const history = trainer.fit(model, Adam{.lr = linear_scaling(1e-3f, 32, 8 * 32)}, SoftmaxCrossEntropy{},
+                                   fashion(2400), {.epochs = 3, .batch_size = 32, .validation = fashion(600)});
+  CHECK(history["loss"].back() < 0.8 * history["loss"].front());
+  CHECK(history["val_accuracy"].back() > 0.7);
+}
