@@ -5,6 +5,7 @@
 // strategy and precision.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -70,10 +71,32 @@ TEST_CASE_TEMPLATE("16-bit storage round-trips every bit pattern through the sca
   else CHECK(x[1] == doctest::Approx(1e5).epsilon(0.004));
 }
 
+TEST_CASE_TEMPLATE("the vector conversions round every float as the scalar ones do", T, bf16, fp16) {
+  // 2^20 floats spread over every exponent and sign, NaN and infinity included: where the
+  // CPU converts (F16C), this checks its rounding against strata's own software rounding.
+  std::vector<float> x(1u << 20), expected(x.size());
+  Rng rng(17);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::bit_cast<float>(std::uint32_t(rng() >> 32));
+    expected[i] = float(T(x[i]));
+  }
+  std::vector<T> stored(x.size());
+  store<T>(stored.data(), x.data(), x.size());
+  std::vector<float> loaded(x.size());
+  load<T>(loaded.data(), stored.data(), stored.size());
+  round_to<T>(x.data(), x.size());
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    bool const nan = std::isnan(expected[i]);
+    mismatches += nan ? !(std::isnan(x[i]) && std::isnan(loaded[i])) : !(x[i] == expected[i] && loaded[i] == expected[i]);
+  }
+  CHECK(mismatches == 0);
+}
+
 TEST_CASE_TEMPLATE("a 16-bit forward pass equals the float layers on rounded values", T, bf16, fp16) {
   using Model = Sequential<Dense<784, 48>, Relu, Dropout, Dense<48, 10>>;
   Model const model(7, {}, {}, Dropout{0.25f}, {});
-  int const n = 300;  // three chunks of 128, the last one partial
+  int const n = 600;  // three chunks of 256, the last one partial
   Matrix const x = detail::eigen(fashion().features()).leftCols(n);
   std::vector<float> rounded_weights(model.parameters().begin(), model.parameters().end());
   round_to<T>(rounded_weights.data(), rounded_weights.size());
@@ -110,7 +133,7 @@ TEST_CASE("mixed precision stores activations in 16 bits: half the bytes of floa
   CHECK(full.activation_bytes() == (kept + 10 * 1024) * 4);
   CHECK(half.activation_bytes() == kept * 2 + 10 * 1024 * 4);  // the logits stay float for the loss
   CHECK(double(half.activation_bytes()) / double(full.activation_bytes()) < 0.51);
-  CHECK(half.bytes() < full.bytes() / 2);  // the float working set is one 128-sample chunk
+  CHECK(double(half.bytes()) < 0.6 * double(full.bytes()));  // plus a float working set of one 256-sample chunk
 }
 
 TEST_CASE_TEMPLATE("a 16-bit backward pass stays close to the float gradient", T, bf16, fp16) {

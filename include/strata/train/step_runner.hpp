@@ -156,6 +156,13 @@ class StepRunner {
     if constexpr (scaler_type::active) return scaler_.state();
     else return std::nullopt;
   }
+  // Gradient floats reduced across replicas so far, all replicas together (each parameter
+  // once per optimizer step): the communication volume, counted where it happens.
+  [[nodiscard]] std::int64_t floats_reduced() const {
+    std::int64_t total = 0;
+    for (auto const& t : replica_tallies_) total += t.floats_reduced;
+    return total;
+  }
   [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
   [[nodiscard]] typename Opt::State& optimizer_state() { return state_; }
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return state_; }
@@ -167,9 +174,10 @@ class StepRunner {
     std::size_t tensor = 0;
     bool decay = true;
   };
-  // One replica's share of the squared gradient norm, on its own cache line.
-  struct alignas(64) NormShare {
+  // One replica's share of the squared gradient norm, and the floats it has reduced, on its own cache line.
+  struct alignas(64) ReplicaTally {
     double sum_of_squares = 0.0;
+    std::int64_t floats_reduced = 0;
   };
 
   void plan_pieces() {
@@ -211,6 +219,8 @@ class StepRunner {
     float const scale = 1.0f / (float(samples_in_group_) * scaler_.scale());
     optim::StepInfo const step{step_ + 1};
     float* params = model_->parameters().data();
+    for (Piece const& piece : pieces_[std::size_t(r)])
+      replica_tallies_[std::size_t(r)].floats_reduced += std::int64_t(piece.end - piece.begin);
     auto info = [&](Piece const& piece) { return optim::StepInfo{step.t, step.lr_scale, piece.decay}; };
     auto weights = [&](std::size_t begin, std::size_t count) { return std::span<float>(params + begin, count); };
     if (!whole_gradient_first_) {  // fused: reduce a chunk, update it while it is in cache
@@ -226,10 +236,10 @@ class StepRunner {
         comm::reduce_range(gradients_.data(), num_replicas, begin, begin + count, comm::ReduceOp::sum, scale, out);
         squares += sum_of_squares(out, count);
       });
-      norm_shares_[std::size_t(r)].sum_of_squares = squares;
+      replica_tallies_[std::size_t(r)].sum_of_squares = squares;
       group_->barrier(r);
       double total = 0.0;
-      for (auto const& share : norm_shares_) total += share.sum_of_squares;  // replica order: one answer everywhere
+      for (auto const& share : replica_tallies_) total += share.sum_of_squares;  // replica order: one answer everywhere
       bool const finite = std::isfinite(total);  // an inf or NaN anywhere makes the sum non-finite
       if (r == 0) applied_ = finite || !scaler_type::active;
       if (!finite && scaler_type::active) return;  // skipped on every replica alike
@@ -300,7 +310,7 @@ class StepRunner {
 
   bool whole_gradient_first_ = false;
   AlignedBuffer reduced_;                                  // the reduced gradient, when reduced before updating
-  std::array<NormShare, num_replicas> norm_shares_{};
+  std::array<ReplicaTally, num_replicas> replica_tallies_{};
   std::array<std::vector<optim::NormShares>, num_replicas> tensor_shares_;  // Lamb: per tensor, per replica
   AlignedBuffer compute_weights_;                          // mixed precision: the weights rounded to compute_type
 
