@@ -17,8 +17,18 @@ constexpr strata::Sgd optimizer{.lr = 0.01f, .momentum = 0.9f};
 // Multiply-adds of one step, times 2: forward, weight gradients, input gradients (not of the first layer).
 constexpr double flops_per_sample = 2.0 * (3.0 * (784.0 * 1024 + 1024.0 * 1024 + 1024.0 * 10) - 784.0 * 1024);
 
+// The first batch of the Fashion-MNIST training set, read once.
+inline strata::data::Batch const& real_batch() {
+  static auto const data = strata::data::fashion_mnist(strata::data::Split::train).take(batch_size);
+  static auto const stream = data.batch(batch_size).stream(0);
+  static strata::data::Batch const* batch = stream->next();
+  return *batch;
+}
+
+template <class Config>
+using ConfigRunner = strata::train::StepRunner<Config, Model, strata::Sgd, strata::SoftmaxCrossEntropy>;
 template <class Trainer>
-using Runner = strata::train::StepRunner<typename Trainer::config, Model, strata::Sgd, strata::SoftmaxCrossEntropy>;
+using Runner = ConfigRunner<typename Trainer::config>;
 
 // The same step by hand: Eigen expressions, preallocated buffers, the same update rule.
 struct HandWritten {

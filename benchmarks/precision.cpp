@@ -17,20 +17,12 @@
 
 namespace {
 
-strata::data::Batch const& real_batch() {
-  static auto const data = strata::data::fashion_mnist(strata::data::Split::train).take(batch_size);
-  static auto const stream = data.batch(batch_size).stream(0);
-  static strata::data::Batch const* batch = stream->next();
-  return *batch;
-}
-
 template <class... Policies>
 void step(benchmark::State& state) {
   using Config = strata::policy::Config<Policies...>;
   Model model(1);
   strata::strategy::BasicStrategy<Config> strategy;
-  strata::train::StepRunner<Config, Model, strata::Sgd, strata::SoftmaxCrossEntropy> runner(strategy, model, optimizer,
-                                                                                           {}, batch_size, 0);
+  ConfigRunner<Config> runner(strategy, model, optimizer, {}, batch_size, 0);
   auto const& batch = real_batch();
   for (auto _ : state) benchmark::DoNotOptimize(runner.train_on_batch(batch));
   state.counters["samples_per_second"] =

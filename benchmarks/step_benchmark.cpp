@@ -15,13 +15,6 @@
 
 namespace {
 
-strata::data::Batch const& real_batch() {
-  static auto const data = strata::data::fashion_mnist(strata::data::Split::train).take(batch_size);
-  static auto const stream = data.batch(batch_size).stream(0);
-  static strata::data::Batch const* batch = stream->next();
-  return *batch;
-}
-
 void report(benchmark::State& state, int samples_per_iteration) {
   state.counters["samples_per_second"] =
       benchmark::Counter(double(samples_per_iteration), benchmark::Counter::kIsIterationInvariantRate);

@@ -248,6 +248,18 @@ TEST_CASE("fit exposes the loss scale to callbacks and checkpoints keep it") {
   CHECK(watch.seen->scale == 32768.0f);
   CHECK(watch.seen->good_steps == 10);
 
+  // A run restored in on_train_begin (what BackupAndRestore does) continues with the saved scale.
+  struct Restore {
+    std::vector<LossScaleState> seen;
+    void on_train_begin(TrainBegin const&, TrainingState& state) { state.progress.loss_scale = LossScaleState{1024.0f, 5, 2}; }
+    void on_batch_end(BatchLogs const&, TrainingState& state) { seen.push_back(*state.progress.loss_scale); }
+  } restore;
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, fashion(), {.batch_size = 60}, restore);
+  REQUIRE(restore.seen.size() == 10);
+  CHECK(restore.seen.front().scale == 1024.0f);
+  CHECK(restore.seen.front().good_steps == 6);
+  CHECK(restore.seen.front().skipped_steps == 2);
+
   TempDir dir;
   Adam const adam;
   auto state = adam.make_state(Mlp::arena_size);
