@@ -7,6 +7,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace strata {
 
 // bfloat16: float's exponent, 7 mantissa bits. Conversion rounds to nearest even; NaN stays NaN.
@@ -74,35 +78,38 @@ void round_to(float* x, std::size_t n) {
   if constexpr (std::is_same_v<T, bf16>) {
     for (std::size_t i = 0; i < n; ++i) x[i] = std::bit_cast<float>(std::uint32_t{bf16::from_float(x[i])} << 16);
   } else if constexpr (std::is_same_v<T, fp16>) {
+    std::size_t i = 0;
 #if defined(__F16C__)  // the CPU converts 8 at a time (vcvtps2ph / vcvtph2ps), with the same IEEE rounding
-    for (std::size_t i = 0; i < n; ++i) x[i] = float(static_cast<_Float16>(x[i]));
-#else
-    for (std::size_t i = 0; i < n; ++i) x[i] = fp16::to_float(fp16::from_float(x[i]));
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
 #endif
+    for (; i < n; ++i) x[i] = fp16::to_float(fp16::from_float(x[i]));
   }
 }
 
 // out[i] = T(in[i]) and back: the 16-bit storage of activations.
 template <class T>
 void store(T* out, float const* in, std::size_t n) {
+  std::size_t i = 0;
 #if defined(__F16C__)
-  if constexpr (std::is_same_v<T, fp16>) {
-    for (std::size_t i = 0; i < n; ++i) out[i].bits = std::bit_cast<std::uint16_t>(static_cast<_Float16>(in[i]));
-    return;
-  }
+  if constexpr (std::is_same_v<T, fp16>)
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-  for (std::size_t i = 0; i < n; ++i) out[i].bits = T::from_float(in[i]);
+  for (; i < n; ++i) out[i].bits = T::from_float(in[i]);
 }
 template <class T>
 void load(float* out, T const* in, std::size_t n) {
   if constexpr (std::is_same_v<T, bf16>) {
     for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(std::uint32_t{in[i].bits} << 16);
   } else {
+    std::size_t i = 0;
 #if defined(__F16C__)
-    for (std::size_t i = 0; i < n; ++i) out[i] = float(std::bit_cast<_Float16>(in[i].bits));
-#else
-    for (std::size_t i = 0; i < n; ++i) out[i] = fp16::to_float(in[i].bits);
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i const*>(in + i))));
 #endif
+    for (; i < n; ++i) out[i] = fp16::to_float(in[i].bits);
   }
 }
 

@@ -276,10 +276,14 @@ class StepRunner {
     }
   }
 
+  // Four partial sums in a fixed order: the same result every run, and vectorizable.
   static double sum_of_squares(float const* x, std::size_t n) {
-    double total = 0.0;
-    for (std::size_t i = 0; i < n; ++i) total += double(x[i]) * double(x[i]);
-    return total;
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    std::size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (std::size_t k = 0; k < 4; ++k) part[k] += double(x[i + k]) * double(x[i + k]);
+    for (; i < n; ++i) part[0] += double(x[i]) * double(x[i]);
+    return (part[0] + part[1]) + (part[2] + part[3]);
   }
 
   // After every replica updated (or skipped) its slice.
