@@ -333,7 +333,8 @@ class Sequential {
   template <class B, class T>
   void backward_mixed(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
     int const b = ws.batch_;
-    for (int first = 0; first < b; first += Workspace<B, T>::chunk_columns) {
+    // At least one pass, so that an empty shard still writes its (zero) weight gradients.
+    for (int first = 0; first < b || first == 0; first += Workspace<B, T>::chunk_columns) {
       int const n = std::min(Workspace<B, T>::chunk_columns, b - first);
       float* dy = ws.gradient_b_.data();
       float* dx = ws.chunk_dx_.data();
