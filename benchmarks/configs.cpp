@@ -12,7 +12,7 @@
 
 #include <strata.hpp>
 
-#include "mlp_step.hpp"
+#include "config_step.hpp"
 
 namespace {
 
@@ -23,22 +23,11 @@ using Strategies = List<strata::OneDevice, strata::Mirrored<2>, strata::Mirrored
 using Precisions = List<strata::FullPrecision, strata::MixedPrecision, strata::MixedPrecisionFp16>;
 using Accumulations = List<strata::GradAccum<1>, strata::GradAccum<4>>;
 
-template <class Config>
-void step(benchmark::State& state) {
-  Model model(1);
-  strata::strategy::BasicStrategy<Config> strategy;
-  ConfigRunner<Config> runner(strategy, model, optimizer, {}, batch_size, 0);
-  auto const& batch = real_batch();
-  for (auto _ : state) benchmark::DoNotOptimize(runner.train_on_batch(batch));
-  state.counters["samples_per_second"] =
-      benchmark::Counter(double(batch_size), benchmark::Counter::kIsIterationInvariantRate);
-}
-
 template <class S, class P, class A>
 void register_one() {
   using Config = strata::policy::Config<S, P, A>;
   std::string const name = S::name() + "/" + P::name() + "/" + A::name();
-  benchmark::RegisterBenchmark(name.c_str(), step<Config>)->UseRealTime();
+  benchmark::RegisterBenchmark(name.c_str(), config_step<Config>)->UseRealTime();
 }
 
 // Every (S, P, A) of the three lists, in list order.

@@ -13,26 +13,13 @@
 
 #include <strata.hpp>
 
-#include "mlp_step.hpp"
+#include "config_step.hpp"
 
 namespace {
 
 template <class... Policies>
 void step(benchmark::State& state) {
-  using Config = strata::policy::Config<Policies...>;
-  Model model(1);
-  strata::strategy::BasicStrategy<Config> strategy;
-  ConfigRunner<Config> runner(strategy, model, optimizer, {}, batch_size, 0);
-  auto const& batch = real_batch();
-  for (auto _ : state) benchmark::DoNotOptimize(runner.train_on_batch(batch));
-  state.counters["samples_per_second"] =
-      benchmark::Counter(double(batch_size), benchmark::Counter::kIsIterationInvariantRate);
-  if (runner.optimizer_steps() > 0) {
-    double const bytes = double(runner.floats_reduced()) * sizeof(float);
-    state.counters["reduced_MB_per_step"] = bytes / double(runner.optimizer_steps()) * 1e-6;
-    double const samples = double(runner.optimizer_steps()) * Config::accumulation_steps * batch_size;  // in complete groups
-    state.counters["reduced_bytes_per_sample"] = bytes / samples;
-  }
+  config_step<strata::policy::Config<Policies...>>(state);
 }
 
 using strata::Mirrored;
