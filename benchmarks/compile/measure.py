@@ -4,17 +4,21 @@ peak memory of the compiler on generated translation units that instantiate
 
   baseline     nothing: strata.hpp included, an empty main
   config_1     one trainer configuration: Trainer<OneDevice>::fit on the MLP 784-1024-1024-10
-  config_18    all 18 of the configuration matrix: {OneDevice, Mirrored<2>, Mirrored<4>} x
-               {FullPrecision, MixedPrecision, MixedPrecisionFp16} x {GradAccum<1>, GradAccum<4>}
+  config_N     the first N of the 18 configurations of the matrix (N = 18: all of them):
+               {OneDevice, Mirrored<2>, Mirrored<4>} x {FullPrecision, MixedPrecision,
+               MixedPrecisionFp16} x {GradAccum<1>, GradAccum<4>}
   depth_N      Trainer<OneDevice>::fit on a Sequential of N layers (Dense<32, 32> and Relu alternating)
 
 and prints one Markdown table (median, min-max over the repetitions, peak resident memory
-from /usr/bin/time). Not part of CI.
+from /usr/bin/time) and writes the raw figures as JSON for benchmarks/plots.py. Not part of CI.
 
-  benchmarks/compile/measure.py [--reps 3] [--cxx g++] [--opt -O2] [--depths 10,50,200]
+  benchmarks/compile/measure.py [--reps 3] [--cxx g++] [--opt -O2] [--configs 1,6,18]
+                                [--depths 10,50,200] [--json build/compile.json]
 """
 import argparse
+import datetime
 import itertools
+import json
 import os
 import pathlib
 import statistics
@@ -43,11 +47,11 @@ def unit(body, extra=""):
     return PRELUDE + extra + "int main() {\n  strata::Dataset data(strata::Matrix::Zero(784, 8), std::vector<std::int32_t>(8, 1));\n" + body + "}\n"
 
 
-def units(depths):
+def units(configs, depths):
     out = {"baseline": PRELUDE + "int main() {}\n"}
-    out["config_1"] = unit("  instantiate<Mlp, strata::OneDevice>(data);\n")
-    matrix = itertools.product(STRATEGIES, PRECISIONS, ACCUMULATIONS)
-    out["config_18"] = unit("".join(f"  instantiate<Mlp, {s}, {p}, {a}>(data);\n" for s, p, a in matrix))
+    matrix = list(itertools.product(STRATEGIES, PRECISIONS, ACCUMULATIONS))
+    for n in configs:
+        out[f"config_{n}"] = unit("".join(f"  instantiate<Mlp, {s}, {p}, {a}>(data);\n" for s, p, a in matrix[:n]))
     for n in depths:
         layers = ", ".join(["strata::Dense<784, 32>"] + ["strata::Relu" if i % 2 else "strata::Dense<32, 32>"
                                                           for i in range(1, n - 1)] + ["strata::Dense<32, 10>"])
@@ -71,10 +75,15 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cxx", default="g++")
     parser.add_argument("--opt", default="-O2")
+    parser.add_argument("--configs", default="1,18")
     parser.add_argument("--depths", default="10,50,200")
+    parser.add_argument("--json", default=str(ROOT / "build" / "compile.json"))
     args = parser.parse_args()
+    configs = [int(c) for c in args.configs.split(",")]
     depths = [int(d) for d in args.depths.split(",")]
-    sources = units(depths)
+    if not configs or min(configs) < 1 or max(configs) > 18:
+        raise SystemExit(f"--configs {args.configs}: every count must be in [1, 18]")
+    sources = units(configs, depths)
     times = {name: [] for name in sources}
     memory = {name: [] for name in sources}
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,13 +105,20 @@ def main():
     for name in sources:
         print(f"| `{name}` | {median[name]:.2f} ({min(times[name]):.2f}–{max(times[name]):.2f}) | "
               f"{statistics.median(memory[name]):.0f} MB |")
-    per_config = (median["config_18"] - median["config_1"]) / 17
-    print(f"\nmarginal cost of one more configuration: ({median['config_18']:.2f} - {median['config_1']:.2f}) / 17 "
-          f"= {per_config:.2f} s")
-    print(f"one configuration over the bare include: {median['config_1'] - median['baseline']:.2f} s")
+    print()
+    for a, b in zip(configs, configs[1:]):
+        per_config = (median[f"config_{b}"] - median[f"config_{a}"]) / (b - a)
+        print(f"configurations {a} -> {b}: {per_config:.2f} s per extra configuration")
+    print(f"first configuration over the bare include: {median[f'config_{configs[0]}'] - median['baseline']:.2f} s")
     for a, b in zip(depths, depths[1:]):
         slope = (median[f"depth_{b}"] - median[f"depth_{a}"]) / (b - a)
         print(f"depth {a} -> {b}: {slope * 1000:.1f} ms per extra layer")
+    path = pathlib.Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"compiler": version, "opt": args.opt, "machine": f"{cpu}, {os.cpu_count()} cores",
+                                "date": datetime.date.today().isoformat(), "reps": args.reps,
+                                "seconds": times, "peak_mb": memory}, indent=1))
+    print(f"raw figures: {path}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/backend.hpp"
+#include "strata/core/blas.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"

@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include "strata/core/blas.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
 #include "strata/core/tensor.hpp"

@@ -1,0 +1,76 @@
+// strata's side of the anchor comparison (benchmarks/anchors/run): the benchmarked MLP
+// 784-1024-1024-10 trained with Trainer::fit on Fashion-MNIST, SGD with momentum, global
+// batch 256, exactly `steps` steps per epoch (no partial batch), no validation inside the
+// timed epochs. Prints one JSON line, the same fields the Keras and PyTorch anchors print.
+// Built twice: strata_anchor (Eigen's GEMM) and strata_anchor_openblas (linked to strata::blas).
+//
+//   strata_anchor --strategy one_device|mirrored2 [--epochs 3] [--steps 234]
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <strata.hpp>
+
+#include "../mlp_step.hpp"
+
+namespace {
+
+template <class Trainer>
+void run(std::string system, int epochs, int steps) {
+#if defined(STRATA_OPENBLAS)
+  system += " + OpenBLAS";
+#endif
+  auto const train = strata::data::fashion_mnist(strata::data::Split::train).take(std::size_t(steps) * batch_size);
+  auto const test = strata::data::fashion_mnist(strata::data::Split::test);
+  Model model(/*seed=*/2026);
+  Trainer trainer;
+  auto const history = trainer.fit(model, optimizer, strata::SoftmaxCrossEntropy{}, train,
+                                   {.epochs = epochs, .batch_size = batch_size, .seed = 7});
+  auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);
+
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::cout << "{\"system\": \"" << system << "\", \"version\": \"GEMM: " << strata::cpu_gemm_engine()
+            << "\", \"samples_per_epoch\": " << train.size() << ", \"epoch_seconds\": [";
+  char const* separator = "";
+  for (double s : history.epoch_seconds()) std::cout << std::exchange(separator, ", ") << s;
+  std::cout << "], \"test_accuracy\": " << *result.accuracy << ", \"peak_rss_mb\": " << double(usage.ru_maxrss) / 1024.0
+            << "}" << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string strategy = "mirrored2";
+  int epochs = 3;
+  int steps = 60000 / batch_size;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string const flag = argv[i];
+    if (flag == "--strategy") strategy = argv[i + 1];
+    else if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else {
+      std::cerr << "unknown flag " << flag << "; use --strategy one_device|mirrored2 --epochs N --steps S\n";
+      return 2;
+    }
+  }
+  if (epochs < 1 || steps < 1 || steps > 60000 / batch_size) {
+    std::cerr << "--epochs must be >= 1 and --steps in [1, " << 60000 / batch_size << "]\n";
+    return 2;
+  }
+  try {
+    if (strategy == "one_device") run<strata::Trainer<strata::OneDevice>>("strata OneDevice", epochs, steps);
+    else if (strategy == "mirrored2") run<strata::Trainer<strata::Mirrored<2>>>("strata Mirrored<2>", epochs, steps);
+    else {
+      std::cerr << "--strategy " << strategy << " is not one of one_device, mirrored2\n";
+      return 2;
+    }
+  } catch (strata::Error const& error) {
+    std::cerr << "error: " << error.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

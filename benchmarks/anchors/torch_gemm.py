@@ -1,0 +1,45 @@
+"""MKL's rate for the benchmarked step's eight GEMMs (batch 256) through torch, on one and on
+two threads: the same shapes and transposes as benchmarks/step_benchmark's GemmOnly.
+Prints {"MKL (torch)/1": [GFLOP/s, ...], "MKL (torch)/2": [...]}."""
+import argparse
+import json
+import time
+
+import torch
+
+FLOPS = 2.0 * (3.0 * (784 * 1024 + 1024 * 1024 + 1024 * 10) - 784 * 1024) * 256
+
+
+def step(w1, w2, w3, x, h1, h2, d3):
+    z1 = w1 @ x
+    z2 = w2 @ h1
+    z3 = w3 @ h2
+    g3 = d3 @ h2.T
+    d2 = w3.T @ d3
+    g2 = d2 @ h1.T
+    d1 = w2.T @ d2
+    g1 = d1 @ x.T
+    return z1, z2, z3, g1, g2, g3
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repetitions", type=int, default=3)
+    args = parser.parse_args()
+    r = torch.randn
+    tensors = (r(1024, 784), r(1024, 1024), r(10, 1024), r(784, 256), r(1024, 256), r(1024, 256), r(10, 256))
+    rates = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        step(*tensors)
+        for _ in range(args.repetitions):
+            start, n = time.perf_counter(), 0
+            while time.perf_counter() - start < 0.5:
+                step(*tensors)
+                n += 1
+            rates.setdefault(f"MKL (torch)/{threads}", []).append(FLOPS * n / (time.perf_counter() - start) / 1e9)
+    print(json.dumps(rates))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+#pragma once
+// Which GEMM the CPU backend runs: Eigen's own kernels, or OpenBLAS behind Eigen's products
+// when the program links the strata::blas target (it defines EIGEN_USE_BLAS and
+// STRATA_OPENBLAS for every translation unit, which Eigen requires).
+//
+// Replicas are strata's threads, so each GEMM runs on the thread that calls it: OpenBLAS's
+// own thread pool would oversubscribe the cores. strata therefore sets OpenBLAS to one
+// thread, once, before main, in any program that includes it with STRATA_OPENBLAS.
+
+#include <string>
+
+#if defined(STRATA_OPENBLAS)
+extern "C" {
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+}
+#endif
+
+namespace strata {
+
+#if defined(STRATA_OPENBLAS)
+#if !defined(EIGEN_USE_BLAS)
+#error "STRATA_OPENBLAS without EIGEN_USE_BLAS: link the strata::blas target instead of defining it by hand"
+#endif
+namespace detail {
+inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), true);
+}  // namespace detail
+
+inline std::string cpu_gemm_engine() { return std::string("OpenBLAS (") + openblas_get_config() + ")"; }
+#else
+inline std::string cpu_gemm_engine() { return "Eigen"; }
+#endif
+
+}  // namespace strata
