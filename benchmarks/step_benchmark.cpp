@@ -47,31 +47,30 @@ BENCHMARK(hand_written_step)->Name("HandWritten/Eigen")->UseRealTime();
 // Only the eight GEMMs of a replica's step (3 forward, 3 weight gradients, 2 input gradients),
 // at the replica's share of the batch, on N threads at once (plain std::threads kept alive
 // in a strata ThreadGroup, whose dispatch costs microseconds against GEMMs of milliseconds).
+// As in Mirrored<N>, the threads read one copy of the weights and write their own gradients.
 void gemm_only(benchmark::State& state) {
   int const threads = int(state.range(0));
   int const per_replica = batch_size / threads;
-  struct Gemms {
-    Eigen::MatrixXf w1 = Eigen::MatrixXf::Random(1024, 784), w2 = Eigen::MatrixXf::Random(1024, 1024),
-                    w3 = Eigen::MatrixXf::Random(10, 1024);
-    Eigen::MatrixXf x, h1, h2, z, d2, d1, g1 = Eigen::MatrixXf(1024, 784), g2 = Eigen::MatrixXf(1024, 1024),
-                                           g3 = Eigen::MatrixXf(10, 1024);
-    explicit Gemms(int n)
-        : x(Eigen::MatrixXf::Random(784, n)), h1(1024, n), h2(1024, n), z(10, n), d2(1024, n), d1(1024, n) {}
-    void run() {
-      h1.noalias() = w1 * x;
-      h2.noalias() = w2 * h1;
-      z.noalias() = w3 * h2;
-      g3.noalias() = z * h2.transpose();
-      d2.noalias() = w3.transpose() * z;
-      g2.noalias() = d2 * h1.transpose();
-      d1.noalias() = w2.transpose() * d2;
-      g1.noalias() = d1 * x.transpose();
-    }
+  using M = Eigen::MatrixXf;
+  M const w1 = M::Random(1024, 784) * 0.05f, w2 = M::Random(1024, 1024) * 0.05f, w3 = M::Random(10, 1024) * 0.05f;
+  struct Replica {
+    M x, h1, h2, z, d2, d1, g1 = M(1024, 784), g2 = M(1024, 1024), g3 = M(10, 1024);
+    explicit Replica(int n) : x(M::Random(784, n)), h1(1024, n), h2(1024, n), z(10, n), d2(1024, n), d1(1024, n) {}
   };
-  std::vector<Gemms> work;
-  for (int t = 0; t < threads; ++t) work.emplace_back(per_replica);
+  std::vector<Replica> replicas;
+  for (int t = 0; t < threads; ++t) replicas.emplace_back(per_replica);
+  auto task = [&](int rank) {
+    Replica& r = replicas[std::size_t(rank)];
+    r.h1.noalias() = w1 * r.x;
+    r.h2.noalias() = w2 * r.h1;
+    r.z.noalias() = w3 * r.h2;
+    r.g3.noalias() = r.z * r.h2.transpose();
+    r.d2.noalias() = w3.transpose() * r.z;
+    r.g2.noalias() = r.d2 * r.h1.transpose();
+    r.d1.noalias() = w2.transpose() * r.d2;
+    r.g1.noalias() = r.d1 * r.x.transpose();
+  };
   strata::comm::ThreadGroup group(threads);
-  auto task = [&](int rank) { work[std::size_t(rank)].run(); };
   for (auto _ : state) {
     group.run(task);
     benchmark::ClobberMemory();

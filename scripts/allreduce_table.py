@@ -50,8 +50,12 @@ for s in sizes:
            bw("ThreadCommunicator/2", s) / bw("MPI_Allreduce", s),
            int(sum(w for (n, z), w in wrong.items() if z == s))]
     print("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row) + " |")
-s = 64 << 20
-if (("ThreadCommunicator/2", s) in times):
-    t, f = times[("ThreadCommunicator/2", s)], times[("FusedSum/2", s)]
-    print(f"\n64 MiB spread (GB/s, min-max): ThreadCommunicator/2 {s / max(t) / 1e9:.2f}-{s / min(t) / 1e9:.2f}, "
-          f"FusedSum/2 {s / max(f) / 1e9:.2f}-{s / min(f) / 1e9:.2f}")
+
+# The spread behind the medians: algbw min-max over the repetitions, for the columns the targets compare.
+spread_columns = ("FusedSum/2", "ThreadCommunicator/2", "MPI_Allreduce", "MpiCommunicator")
+print("\n| size | " + " | ".join(f"{c} min–max" for c in spread_columns) + " |")
+print("|" + "---|" * (len(spread_columns) + 1))
+for s in sizes:
+    label = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
+    cells = [f"{bw(c, s, max):.2f}–{bw(c, s, min):.2f}" if (c, s) in times else "—" for c in spread_columns]
+    print(f"| {label} | " + " | ".join(cells) + " |")

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "random_matrix.hpp"
 #include "strata.hpp"
 
 using namespace strata;
@@ -16,11 +17,7 @@ TEST_CASE("the program runs OpenBLAS, one thread per call") {
 
 TEST_CASE("replica threads can call the GEMM at once: each result equals the same call made alone") {
   Rng rng(11);
-  auto random = [&](int r, int c) {
-    Matrix m(r, c);
-    for (int i = 0; i < m.size(); ++i) m.data()[i] = rng.uniform() - 0.5f;
-    return m;
-  };
+  auto random = [&](int r, int c) { return random_matrix(rng, r, c); };
   constexpr int threads = 4;
   std::vector<Matrix> a, b, expected;
   for (int t = 0; t < threads; ++t) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "random_matrix.hpp"
 #include "strata.hpp"
 
 using namespace strata;
@@ -47,11 +48,7 @@ TEST_CASE("counter-based randomness depends only on its inputs") {
 
 TEST_CASE("CpuBackend::gemm matches a naive triple loop for every transpose and beta, and empty inner sizes") {
   Rng rng(3);
-  auto random = [&](int r, int c) {
-    Matrix m(r, c);
-    for (int i = 0; i < m.size(); ++i) m.data()[i] = rng.uniform() - 0.5f;
-    return m;
-  };
+  auto random = [&](int r, int c) { return random_matrix(rng, r, c); };
   for (auto ta : {Transpose::no, Transpose::yes})
     for (auto tb : {Transpose::no, Transpose::yes})
       for (float beta : {0.0f, 1.0f, 0.5f})

@@ -22,6 +22,8 @@ template <class Trainer>
 void run(std::string system, int epochs, int steps) {
 #if defined(STRATA_OPENBLAS)
   system += " + OpenBLAS";
+#else
+  system += " (Eigen GEMM)";
 #endif
   auto const train = strata::data::fashion_mnist(strata::data::Split::train).take(std::size_t(steps) * batch_size);
   auto const test = strata::data::fashion_mnist(strata::data::Split::test);

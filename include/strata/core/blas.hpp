@@ -14,6 +14,7 @@ extern "C" {
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 char* openblas_get_config(void);
+char* openblas_get_corename(void);
 }
 #endif
 
@@ -27,7 +28,12 @@ namespace detail {
 inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), true);
 }  // namespace detail
 
-inline std::string cpu_gemm_engine() { return std::string("OpenBLAS (") + openblas_get_config() + ")"; }
+// "OpenBLAS 0.3.21, Zen kernels": the version and the kernels picked for this CPU.
+inline std::string cpu_gemm_engine() {
+  std::string const config = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
+  auto const version_end = config.find(' ', config.find(' ') + 1);
+  return config.substr(0, version_end) + ", " + openblas_get_corename() + " kernels";
+}
 #else
 inline std::string cpu_gemm_engine() { return "Eigen"; }
 #endif
