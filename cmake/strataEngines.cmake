@@ -1,7 +1,8 @@
 # The optional engines as interface targets: strata::mpi (Open MPI), strata::nccl (CUDA
-# runtime + NCCL) and strata::blas (Eigen's products through OpenBLAS). strata's own build and the installed package config
-# both include this file, so the two define them the same way. A dependency that is not
-# found leaves its target undefined; the headers that need it are then simply not usable.
+# runtime + NCCL) and strata::blas (Eigen's products through OpenBLAS). strata's own build
+# and the installed package config both include this file, so the two define them the same
+# way. A dependency that is not found leaves its target undefined; the headers that need it
+# are then simply not usable.
 if(NOT TARGET strata::mpi)
   set(MPI_CXX_SKIP_MPICXX ON)  # the C API only: the C++ bindings are deprecated
   find_package(MPI COMPONENTS CXX QUIET)

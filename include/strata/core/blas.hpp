@@ -34,6 +34,9 @@ inline std::string cpu_gemm_engine() {
   auto const version_end = config.find(' ', config.find(' ') + 1);
   return config.substr(0, version_end) + ", " + openblas_get_corename() + " kernels";
 }
+#elif defined(EIGEN_USE_BLAS)
+// EIGEN_USE_BLAS defined by hand: some BLAS library runs the products, at its own thread count.
+inline std::string cpu_gemm_engine() { return "a BLAS library (EIGEN_USE_BLAS without strata::blas)"; }
 #else
 inline std::string cpu_gemm_engine() { return "Eigen"; }
 #endif
