@@ -24,11 +24,12 @@ import statistics
 import subprocess
 import sys
 
+import fashion
+from fashion import FLOPS_PER_SAMPLE
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = ROOT / "build" / "benchmarks"
-# Multiply-adds of one step per sample, times 2 (as benchmarks/mlp_step.hpp).
-FLOPS_PER_SAMPLE = 2.0 * (3.0 * (784 * 1024 + 1024 * 1024 + 1024 * 10) - 784 * 1024)
 OPENBLAS = (BUILD / "strata_anchor_openblas").exists()  # built where strata::blas is
 REFERENCE = "strata_mirrored2_openblas" if OPENBLAS else "strata_mirrored2"
 
@@ -141,7 +142,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60000 // 256)
+    parser.add_argument("--steps", type=int, default=fashion.MAX_STEPS)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one run may take")
     parser.add_argument("--only", default="", help="comma-separated system names (strata_mirrored2 always runs)")
     parser.add_argument("--debian-torch", action="store_true", help="also run Debian's python3-torch, if installed")

@@ -9,6 +9,10 @@ import numpy as np
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 BATCH = 256  # global batch, all replicas together
+MAX_STEPS = 60000 // BATCH  # full global batches in the training set
+# Multiply-adds of one step per sample, times 2 (forward, weight gradients, input gradients
+# but the first layer's), as benchmarks/mlp_step.hpp counts them.
+FLOPS_PER_SAMPLE = 2.0 * (3.0 * (784 * 1024 + 1024 * 1024 + 1024 * 10) - 784 * 1024)
 LR, MOMENTUM = 0.01, 0.9
 SEED = 7
 
@@ -27,8 +31,8 @@ def training_set(steps: int):
     """Exactly `steps` full global batches of the training set: no partial last batch."""
     x, y = load("train")
     n = steps * BATCH
-    if not 1 <= steps <= len(x) // BATCH:
-        raise SystemExit(f"--steps {steps} must be in [1, {len(x) // BATCH}]")
+    if not 1 <= steps <= MAX_STEPS:
+        raise SystemExit(f"--steps {steps} must be in [1, {MAX_STEPS}]")
     return x[:n], y[:n]
 
 

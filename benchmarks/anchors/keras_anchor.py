@@ -33,7 +33,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strategy", choices=["default", "mirrored"], default="default")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60000 // fashion.BATCH)
+    parser.add_argument("--steps", type=int, default=fashion.MAX_STEPS)
     args = parser.parse_args()
 
     if args.strategy == "mirrored":

@@ -11,12 +11,15 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include <strata.hpp>
 
 #include "../mlp_step.hpp"
 
 namespace {
+
+constexpr int max_steps = 60000 / batch_size;  // full global batches in the training set
 
 template <class Trainer>
 void run(std::string system, int epochs, int steps) {
@@ -48,7 +51,7 @@ void run(std::string system, int epochs, int steps) {
 int main(int argc, char** argv) {
   std::string strategy = "mirrored2";
   int epochs = 3;
-  int steps = 60000 / batch_size;
+  int steps = max_steps;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string const flag = argv[i];
     if (flag == "--strategy") strategy = argv[i + 1];
@@ -59,8 +62,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (epochs < 1 || steps < 1 || steps > 60000 / batch_size) {
-    std::cerr << "--epochs must be >= 1 and --steps in [1, " << 60000 / batch_size << "]\n";
+  if (epochs < 1 || steps < 1 || steps > max_steps) {
+    std::cerr << "--epochs " << epochs << " must be >= 1 and --steps " << steps << " in [1, " << max_steps << "]\n";
     return 2;
   }
   try {

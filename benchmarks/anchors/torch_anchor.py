@@ -24,7 +24,7 @@ def main():
     parser.add_argument("--port", type=int, default=29517)
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads; 0: cores / world")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60000 // fashion.BATCH)
+    parser.add_argument("--steps", type=int, default=fashion.MAX_STEPS)
     parser.add_argument("--label", default="")
     args = parser.parse_args()
 

@@ -7,7 +7,9 @@ import time
 
 import torch
 
-FLOPS = 2.0 * (3.0 * (784 * 1024 + 1024 * 1024 + 1024 * 10) - 784 * 1024) * 256
+import fashion
+
+FLOPS = fashion.FLOPS_PER_SAMPLE * fashion.BATCH
 
 
 def step(w1, w2, w3, x, h1, h2, d3):
