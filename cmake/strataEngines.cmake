@@ -1,5 +1,6 @@
 # The optional engines as interface targets: strata::mpi (Open MPI), strata::nccl (CUDA
-# runtime + NCCL) and strata::blas (Eigen's products through OpenBLAS). strata's own build
+# runtime + NCCL), strata::cuda (the Cuda device backend: CUDA runtime, cuBLAS, NVRTC) and
+# strata::blas (Eigen's products through OpenBLAS). strata's own build
 # and the installed package config both include this file, so the two define them the same
 # way. A dependency that is not found leaves its target undefined; the headers that need it
 # are then simply not usable.
@@ -21,6 +22,15 @@ if(NOT TARGET strata::nccl)
       target_include_directories(strata::nccl SYSTEM INTERFACE ${STRATA_NCCL_INCLUDE_DIR})
       target_link_libraries(strata::nccl INTERFACE strata::strata CUDA::cudart ${STRATA_NCCL_LIBRARY})
     endif()
+  endif()
+endif()
+# The Cuda device backend compiles its kernels at run time with NVRTC, so a program that
+# uses it is built by the ordinary C++ compiler: no nvcc, no CUDA language in CMake.
+if(NOT TARGET strata::cuda)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cublas AND TARGET CUDA::nvrtc)
+    add_library(strata::cuda INTERFACE IMPORTED)
+    target_link_libraries(strata::cuda INTERFACE strata::strata CUDA::cudart CUDA::cublas CUDA::nvrtc)
   endif()
 endif()
 # OpenBLAS behind Eigen's float and double products (EIGEN_USE_BLAS), about twice Eigen's

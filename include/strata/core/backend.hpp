@@ -175,10 +175,22 @@ struct CpuBackend {
 
 static_assert(Backend<CpuBackend>);
 
+// Where a backend's workspaces keep activations: host matrices, unless the backend names its
+// own buffer type (the Cuda backend's live in device memory).
+template <class B>
+struct backend_buffer {
+  using type = Matrix;
+};
+template <class B>
+  requires requires { typename B::Buffer; }
+struct backend_buffer<B> {
+  using type = typename B::Buffer;
+};
+
 template <class Device>
 struct backend_for {
   static_assert(policy::dependent_false<Device>,
-                "strata: the Cuda device backend is not built yet (see docs/roadmap.md); use strata::Cpu");
+                "strata::Cuda needs #include <strata/cuda.hpp> and the strata::cuda CMake target (docs/gpu.md)");
 };
 template <>
 struct backend_for<policy::Cpu> {

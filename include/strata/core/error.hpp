@@ -33,6 +33,11 @@ class ConfigError : public Error {
 class CommError : public Error {
   using Error::Error;
 };
+// A GPU that cannot do what was asked: none present, out of device memory, a kernel that
+// did not compile, a failed CUDA, cuBLAS or NVRTC call (the message names the call).
+class DeviceError : public Error {
+  using Error::Error;
+};
 
 namespace detail {
 // Builds a message from pieces without <format> (g++ 12 lacks it).

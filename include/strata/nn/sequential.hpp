@@ -163,6 +163,7 @@ class Sequential {
 
    public:
     using compute_type = T;
+    using Buffer = typename backend_buffer<B>::type;  // Matrix on the CPU; device memory on a GPU
     static constexpr bool mixed = !std::is_same_v<T, float>;
     // Samples per float pass in mixed precision: 1 MiB per 1024 rows. Narrower chunks cost
     // GEMM efficiency (128 took the bf16 step from 69 to 82 ms, docs/precision.md).
@@ -184,7 +185,7 @@ class Sequential {
         outputs_[layer_count - 1].resize(output_width, max_batch);
         gradient_a_.resize(output_width, max_batch);
         int const chunk = std::min(max_batch, chunk_columns);
-        for (Matrix* m : {&chunk_in_, &chunk_out_, &chunk_aux_, &gradient_b_, &chunk_dx_})
+        for (Buffer* m : {&chunk_in_, &chunk_out_, &chunk_aux_, &gradient_b_, &chunk_dx_})
           m->setZero(std::max(widest, input_width), chunk);
       }
     }
@@ -206,7 +207,7 @@ class Sequential {
     }
     [[nodiscard]] std::size_t bytes() const {
       std::size_t total = activation_bytes();
-      for (Matrix const* m : {&gradient_a_, &gradient_b_, &chunk_in_, &chunk_out_, &chunk_aux_, &chunk_dx_})
+      for (Buffer const* m : {&gradient_a_, &gradient_b_, &chunk_in_, &chunk_out_, &chunk_aux_, &chunk_dx_})
         total += std::size_t(m->size()) * sizeof(float);
       return total;
     }
@@ -219,13 +220,13 @@ class Sequential {
 
     int max_batch_;
     int batch_ = 0;
-    std::array<Matrix, layer_count> outputs_;  // float: every layer; mixed: only the last
-    std::array<Matrix, layer_count> aux_;
-    Matrix gradient_a_, gradient_b_;
+    std::array<Buffer, layer_count> outputs_;  // float: every layer; mixed: only the last
+    std::array<Buffer, layer_count> aux_;
+    Buffer gradient_a_, gradient_b_;
     // Mixed precision only: the stored 16-bit activations and the float working set of one chunk.
     std::array<std::vector<T>, layer_count> stored_;
     std::array<std::vector<T>, layer_count> stored_aux_;
-    Matrix chunk_in_, chunk_out_, chunk_aux_, chunk_dx_;
+    Buffer chunk_in_, chunk_out_, chunk_aux_, chunk_dx_;
   };
 
   // Runs every layer on x (input_width x b, b <= max_batch); the result is workspace.output().

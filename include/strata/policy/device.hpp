@@ -12,7 +12,7 @@ struct Cpu {
   static std::string name() { return "Cpu"; }
 };
 
-// NVIDIA GPUs through cuBLAS and NCCL. Parsed today; the device backend is not built yet.
+// NVIDIA GPUs: cuBLAS GEMMs and NVRTC-compiled kernels (<strata/cuda.hpp>, docs/gpu.md).
 struct Cuda {
   using policy_slot = device_slot;
   static std::string name() { return "Cuda"; }

@@ -46,8 +46,24 @@ constexpr void check_runnable() {
                 "strata::Trainer: Compress<T> is parsed but not implemented yet (docs/roadmap.md)");
 }
 
+// The step and evaluation types of a device: StepRunner and Evaluator on the CPU;
+// <strata/cuda.hpp> specialises this for Cuda.
+template <class Device>
+struct DeviceEngine {
+  template <class Config, class Model, class Opt, class LossFn>
+  using step_runner = StepRunner<Config, Model, Opt, LossFn>;
+  template <class Config, class Model>
+  using evaluator = Evaluator<Config, Model>;
+};
+
 template <class Config>
 class BasicTrainer {
+  using engine = DeviceEngine<typename Config::device>;
+  template <class Model, class Opt, class LossFn>
+  using RunnerFor = typename engine::template step_runner<Config, Model, Opt, LossFn>;
+  template <class Model>
+  using ValidatorFor = typename engine::template evaluator<Config, Model>;
+
  public:
   using config = Config;
   using strategy_type = strategy::BasicStrategy<Config>;
@@ -67,9 +83,9 @@ class BasicTrainer {
     check_data<Model>(loss, train, "fit: the training dataset");
     if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
 
-    StepRunner<Config, Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
-                                                  {options.clip_global_norm});
-    std::optional<Evaluator<Config, Model>> validator;
+    RunnerFor<Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
+                                      {options.clip_global_norm});
+    std::optional<ValidatorFor<Model>> validator;
     if (options.validation) validator.emplace(strategy_, model, options.batch_size);
     data::Dataset const ordered = options.shuffle ? train.shuffle(options.seed) : train;
     data::BatchedDataset const batches = ordered.batch(options.batch_size).prefetch(options.prefetch);
@@ -103,12 +119,14 @@ class BasicTrainer {
         report<LossFn>(epoch_tally, logs);
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, epoch_tally);
+        if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) sync_to_host(runner);
         if (hooks.batch_end(logs, state, callbacks...)) {
           stop = true;
           break;
         }
       }
       runner.flush();
+      sync_to_host(runner);  // validation and the epoch's callbacks read the host weights
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
       if (validator) {
         Evaluation const v = validator->evaluate(loss, *options.validation);
@@ -130,7 +148,7 @@ class BasicTrainer {
   Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
     check_runnable<Config>();
     check_data<Model>(loss, data, "evaluate: the dataset");
-    return Evaluator<Config, Model>(strategy_, model, batch_size).evaluate(loss, data);
+    return ValidatorFor<Model>(strategy_, model, batch_size).evaluate(loss, data);
   }
 
   // The model's outputs, output_width x data.size(), in dataset order.
@@ -138,7 +156,7 @@ class BasicTrainer {
   Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
     check_runnable<Config>();
     if (data.empty()) throw DataError("predict: the dataset is empty");
-    return Evaluator<Config, Model>(strategy_, model, batch_size).predict(data);
+    return ValidatorFor<Model>(strategy_, model, batch_size).predict(data);
   }
 
  private:
@@ -148,6 +166,15 @@ class BasicTrainer {
     Model::check_input_width(data.feature_width());
     loss.validate(data.targets(), Model::output_width);
   }
+
+  // A device runner keeps the weights on the device; callbacks and validation read the host copy.
+  template <class Runner>
+  static void sync_to_host(Runner& runner) {
+    if constexpr (requires { runner.sync_to_host(); }) runner.sync_to_host();
+  }
+  template <class C>
+  static constexpr bool reads_state_on_batch_end =
+      requires(C& c, io::TrainingState& s) { c.on_batch_end(BatchLogs{}, s); };
 
   // Running means of the epoch so far.
   template <class LossFn>

@@ -1,0 +1,11 @@
+#pragma once
+// The Cuda device policy's backend: Trainer<OneDevice | Mirrored<N>, Cuda, ...> on an NVIDIA
+// GPU. Link the strata::cuda CMake target (CUDA runtime, cuBLAS, NVRTC); no nvcc is needed.
+// See docs/gpu.md.
+
+#include "strata/cuda/backend.hpp"
+#include "strata/cuda/context.hpp"
+#include "strata/cuda/kernel_source.hpp"
+#include "strata/cuda/kernels.hpp"
+#include "strata/cuda/runtime.hpp"
+#include "strata/cuda/step_runner.hpp"

@@ -1,0 +1,135 @@
+#pragma once
+// CudaBackend: the Backend of the Cuda device policy. The same static functions as
+// CpuBackend, over views of DEVICE memory, enqueued on the stream of the cuda::Context bound
+// to the calling thread. Layers, losses and metrics are unchanged: Dense<In, Out> calls
+// B::gemm and B::add_bias whether B is the CPU's or this one.
+//
+// The functions that return a number to the host (a loss sum, a count of correct
+// predictions) wait for the stream; everything else only enqueues.
+
+#include <cstdint>
+
+#include "strata/core/backend.hpp"
+#include "strata/core/dtype.hpp"
+#include "strata/cuda/context.hpp"
+
+namespace strata {
+
+namespace cuda {
+// A workspace matrix in device memory, allocated on the current device (zeroed).
+class DeviceMatrix {
+ public:
+  void resize(int rows, int cols) {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    buffer_ = DeviceBuffer<float>(std::size_t(rows) * std::size_t(cols), device, true);
+  }
+  void setZero(int rows, int cols) { resize(rows, cols); }
+  [[nodiscard]] float* data() { return buffer_.data(); }
+  [[nodiscard]] float const* data() const { return buffer_.data(); }
+  [[nodiscard]] std::size_t size() const { return buffer_.size(); }
+
+ private:
+  DeviceBuffer<float> buffer_;
+};
+}  // namespace cuda
+
+struct CudaBackend {
+  using Buffer = cuda::DeviceMatrix;  // workspaces keep activations in device memory
+
+  static void gemm(Transpose op_a, Transpose op_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
+                   MatrixView c) {
+    ctx().gemm(op_a == Transpose::yes, op_b == Transpose::yes, alpha, a, b, beta, c);
+  }
+  static void add_bias(MatrixView y, float const* bias) {
+    elementwise(cuda::Kernel::add_bias, y.size(), y.data, bias, y.rows, count(y.size()));
+  }
+  static void row_sums(ConstMatrixView x, float beta, float* out) { ctx().row_sums(x, beta, out); }
+  static void copy(ConstMatrixView x, MatrixView y) { cuda::copy_on_device(y.data, x.data, x.size(), ctx().stream()); }
+
+  static void relu(ConstMatrixView x, MatrixView y) { elementwise(cuda::Kernel::relu, x.size(), x.data, y.data, count(x.size())); }
+  static void relu_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
+    elementwise(cuda::Kernel::relu_backward, y.size(), y.data, dy.data, dx.data, count(y.size()));
+  }
+  static void tanh(ConstMatrixView x, MatrixView y) { elementwise(cuda::Kernel::tanh, x.size(), x.data, y.data, count(x.size())); }
+  static void tanh_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
+    elementwise(cuda::Kernel::tanh_backward, y.size(), y.data, dy.data, dx.data, count(y.size()));
+  }
+  static void gelu(ConstMatrixView x, MatrixView y) { elementwise(cuda::Kernel::gelu, x.size(), x.data, y.data, count(x.size())); }
+  static void gelu_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
+    elementwise(cuda::Kernel::gelu_backward, x.size(), x.data, dy.data, dx.data, count(x.size()));
+  }
+  static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
+                      std::int64_t first_sample) {
+    elementwise(cuda::Kernel::dropout, x.size(), x.data, y.data, mask.data, x.rows, count(x.size()), rate,
+                (unsigned long long)seed, (long long)first_sample);
+  }
+  static void multiply(ConstMatrixView a, ConstMatrixView b, MatrixView out) {
+    elementwise(cuda::Kernel::multiply, a.size(), a.data, b.data, out.data, count(a.size()));
+  }
+
+  static double softmax_cross_entropy(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits,
+                                      float grad_scale) {
+    if (logits.cols == 0) return 0.0;
+    auto& c = ctx();
+    double* losses = c.per_sample(logits.cols);
+    c.reset_flags();
+    c.launch(cuda::Kernel::softmax_cross_entropy, logits.cols, logits.data, labels.data, dlogits.data, losses,
+             &c.device_flags()->bad, logits.rows, logits.cols, grad_scale);
+    c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(losses), logits.cols,
+                    &c.device_flags()->value);
+    auto const flags = c.read_flags();  // one wait for the sum and the first bad label
+    int const bad = flags.bad;
+    if (bad < logits.cols) {
+      float value = 0.0f;
+      cuda::copy_to_host(&value, labels.data + bad, 1, c.stream());
+      c.synchronize();
+      CpuBackend::checked_label(value, logits.rows, bad);  // throws the CPU backend's message
+    }
+    return flags.value;
+  }
+
+  static std::int64_t count_correct(ConstMatrixView logits, ConstMatrixView labels) {
+    if (logits.cols == 0) return 0;
+    auto& c = ctx();
+    c.reset_flags();
+    c.launch(cuda::Kernel::count_correct, logits.cols, logits.data, labels.data, &c.device_flags()->count, logits.rows,
+             logits.cols);
+    return std::int64_t(c.read_flags().count);
+  }
+
+  static double mean_squared_error(ConstMatrixView prediction, ConstMatrixView target, MatrixView dprediction,
+                                   float grad_scale) {
+    if (prediction.cols == 0) return 0.0;
+    auto& c = ctx();
+    double* sums = c.per_sample(prediction.cols);
+    float const inverse_width = 1.0f / float(prediction.rows);
+    c.launch(cuda::Kernel::squared_error, prediction.cols, prediction.data, target.data, dprediction.data, sums,
+             prediction.rows, prediction.cols, 2.0f * inverse_width * grad_scale);
+    return c.sum(sums, prediction.cols) * double(inverse_width);
+  }
+
+  // x[i] = float(T(x[i])) on the device: what mixed precision does to activations.
+  template <class T>
+  static void round_to(float* x, std::size_t n) {
+    if constexpr (std::is_same_v<T, bf16>) elementwise(cuda::Kernel::round_bf16, n, x, count(n));
+    else if constexpr (std::is_same_v<T, fp16>) elementwise(cuda::Kernel::round_fp16, n, x, count(n));
+  }
+
+ private:
+  static cuda::Context& ctx() { return cuda::current_context(); }
+  static long long count(std::size_t n) { return static_cast<long long>(n); }
+  template <class... Args>
+  static void elementwise(cuda::Kernel k, std::size_t n, Args... args) {
+    ctx().launch(k, std::int64_t(n), args...);
+  }
+};
+
+static_assert(Backend<CudaBackend>);
+
+template <>
+struct backend_for<policy::Cuda> {
+  using type = CudaBackend;
+};
+
+}  // namespace strata

@@ -1,0 +1,236 @@
+#pragma once
+// cuda::Context: what one replica needs to run on one GPU: the device, its stream, a cuBLAS
+// handle, the loaded kernels and small scratch buffers. Every operation of the Cuda backend
+// is enqueued on the context's stream, so a replica's step is one ordered stream of work;
+// only a value the host must see (a loss sum, a count, a norm) waits for it.
+//
+// Several contexts may share one GPU: that is how Mirrored<N> runs N logical replicas on one
+// device (as TensorFlow's logical devices do). The Cuda backend's static functions act on
+// the context bound to the calling thread (ContextBinding), so layers call `B::gemm(...)`
+// exactly as they do on the CPU.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "strata/core/error.hpp"
+#include "strata/core/tensor.hpp"
+#include "strata/cuda/kernels.hpp"
+#include "strata/cuda/runtime.hpp"
+
+namespace strata::cuda {
+
+inline void check(cublasStatus_t rc, std::string_view what) {
+  if (rc != CUBLAS_STATUS_SUCCESS)
+    throw DeviceError(strata::detail::message("cuBLAS: ", what, " failed: ", cublasGetStatusString(rc)));
+}
+
+// How a GEMM multiplies. fp32: IEEE float FMAs. tf32: float in and out, tensor cores with
+// 10-bit mantissas inside. bf16 and fp16: both factors rounded to 16 bits, tensor cores,
+// float accumulation and float output (mixed precision).
+enum class GemmPrecision { fp32, tf32, bf16, fp16 };
+
+inline constexpr char const* gemm_precision_name(GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::fp32: return "fp32";
+    case GemmPrecision::tf32: return "tf32";
+    case GemmPrecision::bf16: return "bf16";
+    default: return "fp16";
+  }
+}
+
+class Context {
+ public:
+  explicit Context(int device, GemmPrecision precision = GemmPrecision::fp32)
+      : info_(device_info(device)), device_(device), precision_(precision), stream_(device) {
+    DeviceScope const on(device);
+    kernels_ = &KernelLibrary::for_arch(info_.arch());
+    check(cublasCreate(&cublas_), "cublasCreate");
+    check(cublasSetStream(cublas_, stream_.get()), "cublasSetStream");
+    max_blocks_ = std::max(1, info_.multiprocessors * 32);
+    partials_ = DeviceBuffer<double>(std::size_t(sum_blocks), device);
+    flags_ = DeviceBuffer<Flags>(1, device);
+    readback_ = PinnedBuffer<Flags>(1);
+  }
+  Context(Context const&) = delete;
+  Context& operator=(Context const&) = delete;
+  ~Context() {
+    if (cublas_) (void)cublasDestroy(cublas_);
+  }
+
+  [[nodiscard]] int device() const { return device_; }
+  [[nodiscard]] DeviceInfo const& info() const { return info_; }
+  [[nodiscard]] cudaStream_t stream() const { return stream_.get(); }
+  [[nodiscard]] GemmPrecision precision() const { return precision_; }
+  void set_precision(GemmPrecision p) { precision_ = p; }
+  void synchronize() const { stream_.synchronize(); }
+
+  // An element-wise kernel over n items: as many blocks as needed, at most 32 per SM (the
+  // kernels loop over the rest).
+  template <class... Args>
+  void launch(Kernel k, std::int64_t n, Args... args) {
+    if (n <= 0) return;
+    auto const blocks = std::min<std::int64_t>((n + block_threads - 1) / block_threads, max_blocks_);
+    launch_blocks(k, int(blocks), args...);
+  }
+  template <class... Args>
+  void launch_blocks(Kernel k, int blocks, Args... args) {
+    void* argv[] = {static_cast<void*>(&args)...};
+    check(cudaLaunchKernel(reinterpret_cast<void const*>((*kernels_)[k]), dim3(unsigned(blocks)), dim3(block_threads),
+                           argv, 0, stream()),
+          kernel_names[int(k)]);
+  }
+
+  // c = alpha * op(a) * op(b) + beta * c, column-major, in this context's GemmPrecision.
+  void gemm(bool transpose_a, bool transpose_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta, MatrixView c) {
+    int const inner = transpose_a ? a.rows : a.cols;
+    if (c.size() == 0) return;
+    if (inner == 0) {  // an empty sum: only beta * c remains
+      if (beta == 0.0f) check(cudaMemsetAsync(c.data, 0, c.size() * sizeof(float), stream()), "cudaMemsetAsync");
+      else if (beta != 1.0f) launch(Kernel::scale, std::int64_t(c.size()), c.data, (long long)c.size(), beta);
+      return;
+    }
+    cublasOperation_t const op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t const op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    void const* pa = a.data;
+    void const* pb = b.data;
+    cudaDataType_t type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if (precision_ == GemmPrecision::tf32) {
+      compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    } else if (precision_ == GemmPrecision::bf16 || precision_ == GemmPrecision::fp16) {
+      bool const bf = precision_ == GemmPrecision::bf16;
+      type = bf ? CUDA_R_16BF : CUDA_R_16F;
+      Kernel const cast = bf ? Kernel::to_bf16 : Kernel::to_fp16;
+      ensure(half_a_, a.size());
+      ensure(half_b_, b.size());
+      launch(cast, std::int64_t(a.size()), a.data, half_a_.data(), (long long)a.size());
+      launch(cast, std::int64_t(b.size()), b.data, half_b_.data(), (long long)b.size());
+      pa = half_a_.data();
+      pb = half_b_.data();
+    }
+    check(cublasGemmEx(cublas_, op_a, op_b, c.rows, c.cols, inner, &alpha, pa, type, std::max(1, a.rows), pb, type,
+                       std::max(1, b.rows), &beta, c.data, CUDA_R_32F, std::max(1, c.rows), compute, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+  }
+
+  // out = beta * out + sum over columns of x (a GEMV with a vector of ones).
+  void row_sums(ConstMatrixView x, float beta, float* out) {
+    if (x.rows == 0) return;
+    if (x.cols == 0) {
+      if (beta == 0.0f) check(cudaMemsetAsync(out, 0, std::size_t(x.rows) * sizeof(float), stream()), "cudaMemsetAsync");
+      else if (beta != 1.0f) launch(Kernel::scale, x.rows, out, (long long)x.rows, beta);
+      return;
+    }
+    if (ones_.size() < std::size_t(x.cols)) {
+      std::vector<float> const host(std::size_t(x.cols), 1.0f);
+      ones_ = DeviceBuffer<float>(host.size(), device_);
+      check(cudaMemcpy(ones_.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    float const one = 1.0f;
+    check(cublasSgemv(cublas_, CUBLAS_OP_N, x.rows, x.cols, &one, x.data, x.rows, ones_.data(), 1, &beta, out, 1),
+          "cublasSgemv");
+  }
+
+  // Sum of the per-item doubles in `items[0..n)`, formed on the device in a fixed order.
+  double sum(double const* items, int n) {
+    launch_blocks(Kernel::sum_doubles, 1, items, n, &flags_.data()->value);
+    return read_flags().value;
+  }
+
+  // Sum of squares of x[0..n) in double (a fixed grid, then one block: a fixed order).
+  double sum_of_squares(float const* x, std::size_t n) {
+    launch_blocks(Kernel::sum_squares, sum_blocks, x, (long long)n, partials_.data());
+    return sum(partials_.data(), sum_blocks);
+  }
+
+  // Per-sample scratch (losses), grown to the largest batch seen; sized up front by the trainer.
+  double* per_sample(int samples) {
+    ensure(per_sample_, std::size_t(std::max(1, samples)));
+    return per_sample_.data();
+  }
+
+  // Small values the host reads back after a kernel; one pinned copy, one wait.
+  struct Flags {
+    double value = 0.0;
+    unsigned long long count = 0;
+    int bad = 0;
+  };
+  Flags* device_flags() { return flags_.data(); }
+  void reset_flags() {  // bad = 0x7f7f7f7f (more than any sample index), count = 0
+    check(cudaMemsetAsync(flags_.data(), 0, sizeof(Flags), stream()), "cudaMemsetAsync");
+    check(cudaMemsetAsync(&flags_.data()->bad, 0x7f, sizeof(int), stream()), "cudaMemsetAsync");
+  }
+  Flags read_flags() {
+    copy_to_host(readback_.data(), flags_.data(), 1, stream());
+    synchronize();
+    return *readback_.data();
+  }
+
+  // Reserves the growable scratch for GEMMs of up to `floats` elements per factor and
+  // batches of `samples`, so that no step allocates.
+  void reserve(std::size_t floats, int samples) {
+    if (precision_ == GemmPrecision::bf16 || precision_ == GemmPrecision::fp16) {
+      ensure(half_a_, floats);
+      ensure(half_b_, floats);
+    }
+    per_sample(samples);
+  }
+
+ private:
+  template <class T>
+  void ensure(DeviceBuffer<T>& buffer, std::size_t n) {
+    if (buffer.size() < n) {
+      synchronize();  // the old buffer may still be read by queued work
+      buffer = DeviceBuffer<T>(n, device_);
+    }
+  }
+
+  DeviceInfo info_;
+  int device_ = 0;
+  GemmPrecision precision_ = GemmPrecision::fp32;
+  Stream stream_;
+  KernelLibrary const* kernels_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  int max_blocks_ = 1;
+  DeviceBuffer<std::uint16_t> half_a_, half_b_;  // 16-bit copies of GEMM factors
+  DeviceBuffer<float> ones_;
+  DeviceBuffer<double> per_sample_;
+  DeviceBuffer<double> partials_;
+  DeviceBuffer<Flags> flags_;
+  PinnedBuffer<Flags> readback_;
+};
+
+namespace detail {
+inline thread_local Context* bound_context = nullptr;
+}
+
+// The context the Cuda backend's functions use on this thread.
+inline Context& current_context() {
+  if (detail::bound_context == nullptr)
+    throw DeviceError("strata::CudaBackend: no cuda::Context is bound to this thread; construct a "
+                      "strata::cuda::ContextBinding (the Trainer does this for each replica)");
+  return *detail::bound_context;
+}
+
+// Binds a context to the calling thread (and makes its device current) for a scope.
+class ContextBinding {
+ public:
+  explicit ContextBinding(Context& context) : previous_(detail::bound_context), device_(context.device()) {
+    detail::bound_context = &context;
+  }
+  ContextBinding(ContextBinding const&) = delete;
+  ContextBinding& operator=(ContextBinding const&) = delete;
+  ~ContextBinding() { detail::bound_context = previous_; }
+
+ private:
+  Context* previous_;
+  DeviceScope device_;
+};
+
+}  // namespace strata::cuda

@@ -1,0 +1,449 @@
+#pragma once
+// The training step and evaluation on the Cuda device: what train::StepRunner and
+// train::Evaluator do on the CPU, with the weights, gradients, optimizer state and
+// activations in device memory.
+//
+// Replicas: Mirrored<N> runs N logical replicas on device 0 (TensorFlow's logical devices),
+// one host thread and one stream each. Each replica uploads its shard through pinned memory
+// on its own copy stream (so one replica's upload overlaps another's compute), runs forward
+// and backward into its own gradient arena, and after the barrier reduces its owned slice of
+// the arena across the replicas, in replica order, and applies the optimizer to that slice
+// of the one shared copy of the weights: the CPU step's arithmetic, on the GPU.
+//
+// Precision: FullPrecision multiplies in fp32 (set_gemm_precision(tf32) opts into TF32);
+// MixedPrecision (bf16) and MixedPrecisionFp16 run every GEMM on tensor cores with both
+// factors rounded to 16 bits and float accumulation. Activations stay in float, and the
+// fp16 loss scale works as on the CPU.
+//
+// The host copies of the weights and optimizer state (what checkpoints read) are brought up
+// to date by sync_to_host(); resume() sends them to the device.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "strata/comm/buckets.hpp"
+#include "strata/comm/thread_group.hpp"
+#include "strata/core/random.hpp"
+#include "strata/cuda/backend.hpp"
+#include "strata/data/batch.hpp"
+#include "strata/nn/loss.hpp"
+#include "strata/optim/adam.hpp"
+#include "strata/optim/optimizer.hpp"
+#include "strata/optim/sgd.hpp"
+#include "strata/strategy/distribute.hpp"
+#include "strata/strategy/strategy.hpp"
+#include "strata/train/logs.hpp"
+#include "strata/train/loss_scale.hpp"
+#include "strata/train/replica_pass.hpp"
+#include "strata/train/step_runner.hpp"
+#include "strata/train/trainer.hpp"
+
+namespace strata::cuda {
+
+template <class T>
+inline constexpr GemmPrecision gemm_precision_for =
+    std::is_same_v<T, bf16> ? GemmPrecision::bf16 : std::is_same_v<T, fp16> ? GemmPrecision::fp16 : GemmPrecision::fp32;
+
+template <class Opt>
+inline constexpr bool has_device_update =
+    std::is_same_v<Opt, optim::Sgd> || std::is_same_v<Opt, optim::Adam> || std::is_same_v<Opt, optim::AdamW>;
+
+// One replica's device resources: its context, its copy stream, the shard it trains on.
+struct DeviceReplica {
+  DeviceReplica(int device, GemmPrecision precision, int max_shard, int input_width, int target_width)
+      : context(device, precision), copy_stream(device), uploaded(device),
+        features(std::size_t(max_shard) * std::size_t(input_width), device),
+        targets(std::size_t(max_shard) * std::size_t(target_width), device),
+        staging(std::size_t(max_shard) * std::size_t(input_width + target_width)) {}
+
+  // Copies the shard to the device (through pinned memory, on the copy stream); the
+  // context's stream waits for it. Returns the shard with device views.
+  strategy::Shard upload(strategy::Shard shard) {
+    std::size_t const nf = shard.features.size(), nt = shard.targets.size();
+    if (nf) std::copy_n(shard.features.data, nf, staging.data());
+    if (nt) std::copy_n(shard.targets.data, nt, staging.data() + nf);
+    copy_to_device(features.data(), staging.data(), nf, copy_stream.get());
+    copy_to_device(targets.data(), staging.data() + nf, nt, copy_stream.get());
+    uploaded.record(copy_stream.get());
+    uploaded.make_wait(context.stream());
+    shard.features = {features.data(), shard.features.rows, shard.features.cols};
+    shard.targets = {targets.data(), shard.targets.rows, shard.targets.cols};
+    return shard;
+  }
+
+  Context context;
+  Stream copy_stream;
+  Event uploaded;
+  DeviceBuffer<float> features, targets;
+  PinnedBuffer<float> staging;
+};
+
+template <class Model>
+std::vector<std::unique_ptr<DeviceReplica>> make_replicas(int count, GemmPrecision precision, int max_shard,
+                                                          int target_width) {
+  std::vector<std::unique_ptr<DeviceReplica>> replicas;
+  for (int r = 0; r < count; ++r)
+    replicas.push_back(std::make_unique<DeviceReplica>(0, precision, max_shard, Model::input_width, target_width));
+  return replicas;
+}
+
+template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn>
+class StepRunner {
+  static_assert(has_device_update<Opt>,
+                "strata::Cuda: the device optimizer update is written for Sgd, Adam and AdamW; Lamb runs on "
+                "strata::Cpu only (docs/gpu.md)");
+
+ public:
+  using backend = CudaBackend;
+  using compute_type = typename Config::precision::compute_type;
+  using scaler_type = train::LossScaler<typename Config::precision::loss_scale>;
+  using Workspace = typename Model::template Workspace<CudaBackend, float>;
+  static constexpr int num_replicas = Config::num_replicas;
+  static constexpr int accumulation_steps = Config::accumulation_steps;
+  static constexpr std::size_t arena = Model::arena_size;
+
+  StepRunner(strategy::BasicStrategy<Config>& strategy, Model& model, Opt const& optimizer, LossFn const& loss,
+             int global_batch_size, std::uint64_t seed, train::StepOptions options = {})
+      : group_(&strategy.group()), model_(&model), optimizer_(optimizer), loss_(loss),
+        state_(optimizer.make_state(arena)), seed_(seed), options_(options) {
+    optimizer_.validate();
+    if (!(options.clip_global_norm >= 0.0f) || !std::isfinite(options.clip_global_norm))
+      throw ConfigError(strata::detail::message("clip_global_norm ", options.clip_global_norm,
+                                                " must be a finite number >= 0 (0 turns clipping off)"));
+    strategy::check_global_batch(global_batch_size, num_replicas);
+    max_batch_ = global_batch_size;
+    int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
+    replicas_ = make_replicas<Model>(num_replicas, gemm_precision_for<compute_type>, shard, target_width());
+    {
+      ContextBinding const bind(replicas_[0]->context);
+      params_ = DeviceBuffer<float>(arena, 0);
+      reduced_ = DeviceBuffer<float>(arena, 0, true);
+      state_.for_each_slot([&](char const*, AlignedBuffer&) { slots_.emplace_back(arena, 0, true); });
+    }
+    workspaces_.reserve(num_replicas);
+    for (int r = 0; r < num_replicas; ++r) {
+      ContextBinding const bind(replicas_[std::size_t(r)]->context);
+      gradients_[std::size_t(r)] = DeviceBuffer<float>(arena, 0, true);
+      workspaces_.emplace_back(shard);
+      replicas_[std::size_t(r)]->context.reserve(largest_gemm_factor(shard), shard);
+    }
+    plan_pieces();
+    upload_state();
+  }
+
+  train::Tally train_on_batch(data::Batch const& batch) {
+    if (batch.size > max_batch_ || batch.size < 1)
+      throw ConfigError(strata::detail::message("StepRunner: a batch of ", batch.size,
+                                                " samples; this runner was built for global batches of 1..", max_batch_));
+    bool const accumulate = micro_ > 0;
+    bool const apply = micro_ + 1 == accumulation_steps;
+    samples_in_group_ += batch.size;
+    std::uint64_t const dropout_seed = mix64(seed_, std::uint64_t(micro_batches_seen_++));
+    float const loss_scale = scaler_.scale();
+    strategy::DistributedBatch const distributed(batch, num_replicas);
+    auto task = [&](int r) {
+      auto& replica = *replicas_[std::size_t(r)];
+      ContextBinding const bind(replica.context);
+      strategy::Shard const shard = replica.upload(distributed.shard(r));
+      auto& ws = workspaces_[std::size_t(r)];
+      tallies_[std::size_t(r)] = train::forward_shard<CudaBackend>(*model_, ws, params_.data(), loss_, shard,
+                                                                   {true, dropout_seed, shard.first_sample}, loss_scale);
+      model_->template backward<CudaBackend>(ws, params_.data(), gradients_[std::size_t(r)].data(), shard.features,
+                                             accumulate);
+      if (apply) {
+        replica.context.synchronize();  // this replica's gradients are complete...
+        group_->barrier(r);             // ...and every other replica's
+        update_owned_slice(r);
+        replica.context.synchronize();  // the weights are updated before anyone's next forward
+      }
+    };
+    group_->run(task);
+    if (apply) finish_step();
+    else ++micro_;
+    train::Tally total;
+    for (auto const& t : tallies_) total += t;
+    return total;
+  }
+
+  void flush() {
+    if (micro_ == 0) return;
+    auto task = [&](int r) {
+      ContextBinding const bind(replicas_[std::size_t(r)]->context);
+      replicas_[std::size_t(r)]->context.synchronize();
+      group_->barrier(r);
+      update_owned_slice(r);
+      replicas_[std::size_t(r)]->context.synchronize();
+    };
+    group_->run(task);
+    finish_step();
+  }
+
+  // Continues from the host weights and optimizer state (restored from a checkpoint, or as
+  // the model was given), sending them to the device.
+  void resume(std::int64_t steps, std::int64_t micro_batches, std::optional<train::LossScaleState> loss_scale = {}) {
+    step_ = steps;
+    micro_batches_seen_ = micro_batches;
+    micro_ = 0;
+    samples_in_group_ = 0;
+    if (loss_scale) scaler_.restore(*loss_scale);
+    upload_state();
+  }
+
+  // Copies the device weights and optimizer state into the model and the host state.
+  void sync_to_host() {
+    auto& c = replicas_[0]->context;
+    ContextBinding const bind(c);
+    copy_to_host(model_->parameters().data(), params_.data(), arena, c.stream());
+    std::size_t i = 0;
+    state_.for_each_slot([&](char const*, AlignedBuffer& host) { copy_to_host(host.data(), slots_[i++].data(), arena, c.stream()); });
+    c.synchronize();
+  }
+
+  // TF32 (or back to fp32) for a FullPrecision run's GEMMs.
+  void set_gemm_precision(GemmPrecision p) {
+    for (auto& r : replicas_) r->context.set_precision(p);
+    for (auto& r : replicas_) r->context.reserve(largest_gemm_factor(workspaces_[0].max_batch()), workspaces_[0].max_batch());
+  }
+
+  [[nodiscard]] std::int64_t optimizer_steps() const { return step_; }
+  [[nodiscard]] std::int64_t micro_batches() const { return micro_batches_seen_; }
+  [[nodiscard]] bool at_step_boundary() const { return micro_ == 0; }
+  [[nodiscard]] bool last_step_applied() const { return applied_; }
+  [[nodiscard]] std::optional<train::LossScaleState> loss_scale() const {
+    if constexpr (scaler_type::active) return scaler_.state();
+    else return std::nullopt;
+  }
+  [[nodiscard]] std::int64_t floats_reduced() const { return floats_reduced_; }
+  [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
+  [[nodiscard]] typename Opt::State& optimizer_state() { return state_; }
+  [[nodiscard]] typename Opt::State const& optimizer_state() const { return state_; }
+  [[nodiscard]] Context& context(int replica) { return replicas_[std::size_t(replica)]->context; }
+
+ private:
+  struct Piece {
+    std::size_t begin = 0, end = 0;
+    bool decay = true;
+  };
+
+  // Rows of a shard's targets: class indices take one, regression targets the output's width.
+  static int target_width() { return std::max(1, Model::output_width); }
+  static std::size_t largest_gemm_factor(int shard) {
+    std::size_t widest = std::size_t(Model::input_width);
+    for (int w : Model::widths) widest = std::max(widest, std::size_t(w));
+    return std::max(arena, widest * std::size_t(std::max(shard, 1)));
+  }
+
+  void plan_pieces() {
+    auto const tensors = Model::parameter_tensors();
+    for (int r = 0; r < num_replicas; ++r) {
+      comm::Slice const mine = comm::owned_slice(arena, num_replicas, r);
+      for (auto const& t : tensors) {
+        std::size_t const begin = std::max(t.offset, mine.begin);
+        std::size_t const end = std::min(t.offset + nn::element_count(t.shape), mine.end);
+        bool decay = true;
+        if constexpr (requires { optimizer_.decays(t.name); }) decay = optimizer_.decays(t.name);
+        if (begin < end) pieces_[std::size_t(r)].push_back({begin, end, decay});
+      }
+    }
+  }
+
+  void upload_state() {
+    auto& c = replicas_[0]->context;
+    ContextBinding const bind(c);
+    copy_to_device(params_.data(), model_->parameters().data(), arena, c.stream());
+    std::size_t i = 0;
+    state_.for_each_slot([&](char const*, AlignedBuffer& host) { copy_to_device(slots_[i++].data(), host.data(), arena, c.stream()); });
+    c.synchronize();
+  }
+
+  void update_owned_slice(int r) {
+    Context& c = replicas_[std::size_t(r)]->context;
+    float const scale = 1.0f / (float(samples_in_group_) * scaler_.scale());
+    comm::Slice const mine = comm::owned_slice(arena, num_replicas, r);
+    std::int64_t const n = std::int64_t(mine.end - mine.begin);
+    if (n > 0) {
+      struct Peers {
+        float const* p[max_peers];
+      } peers{};
+      static_assert(num_replicas <= max_peers, "strata::Cuda: at most 16 logical replicas per device");
+      for (int p = 0; p < num_replicas; ++p) peers.p[p] = gradients_[std::size_t(p)].data() + mine.begin;
+      c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced_.data() + mine.begin, (long long)n, scale);
+    }
+    if (r == 0) floats_reduced_ += std::int64_t(arena);
+    float factor = 1.0f;
+    if (scaler_type::active || options_.clip_global_norm > 0.0f) {
+      shares_[std::size_t(r)] = n > 0 ? c.sum_of_squares(reduced_.data() + mine.begin, std::size_t(n)) : 0.0;
+      group_->barrier(r);
+      double total = 0.0;
+      for (double s : shares_) total += s;  // replica order: one answer everywhere
+      bool const finite = std::isfinite(total);
+      if (r == 0) applied_ = finite || !scaler_type::active;
+      if (!finite && scaler_type::active) return;
+      float const clip = options_.clip_global_norm;
+      if (clip > 0.0f && finite && std::sqrt(total) > clip) factor = float(clip / std::sqrt(total));
+      if (factor != 1.0f && n > 0) c.launch(Kernel::scale, n, reduced_.data() + mine.begin, (long long)n, factor);
+    }
+    for (Piece const& piece : pieces_[std::size_t(r)]) apply(c, piece);
+  }
+
+  // The optimizer on one piece: optim/sgd.hpp and optim/adam.hpp, as kernels.
+  void apply(Context& c, Piece const& piece) {
+    long long const n = (long long)(piece.end - piece.begin);
+    float* w = params_.data() + piece.begin;
+    float const* g = reduced_.data() + piece.begin;
+    optim::StepInfo const step{step_ + 1};
+    if constexpr (std::is_same_v<Opt, optim::Sgd>) {
+      float* v = slots_.empty() ? nullptr : slots_[0].data() + piece.begin;
+      c.launch(Kernel::sgd, n, w, g, v, n, optimizer_.lr * step.lr_scale, optimizer_.momentum, int(optimizer_.nesterov));
+    } else {
+      float decay = 0.0f;
+      if constexpr (std::is_same_v<Opt, optim::AdamW>) decay = optimizer_.weight_decay;
+      double const t = double(step.t);
+      float const lr = optimizer_.lr * step.lr_scale;
+      auto const step_size = float(double(lr) * std::sqrt(1.0 - std::pow(double(optimizer_.beta2), t)) /
+                                   (1.0 - std::pow(double(optimizer_.beta1), t)));
+      float const keep = piece.decay ? 1.0f - lr * decay : 1.0f;
+      c.launch(Kernel::adam, n, w, g, slots_[0].data() + piece.begin, slots_[1].data() + piece.begin, n, optimizer_.beta1,
+               optimizer_.beta2, optimizer_.epsilon, step_size, keep);
+    }
+  }
+
+  void finish_step() {
+    if (applied_) ++step_;
+    if constexpr (scaler_type::active) scaler_.record(applied_);
+    micro_ = 0;
+    samples_in_group_ = 0;
+  }
+
+  comm::ThreadGroup* group_;
+  Model* model_;
+  Opt optimizer_;
+  LossFn loss_;
+  typename Opt::State state_;  // the host copy (checkpoints); the device copy is slots_
+  std::uint64_t seed_;
+  train::StepOptions options_;
+  scaler_type scaler_{};
+  int max_batch_ = 0;
+
+  std::vector<std::unique_ptr<DeviceReplica>> replicas_;
+  std::vector<Workspace> workspaces_;
+  DeviceBuffer<float> params_, reduced_;
+  std::vector<DeviceBuffer<float>> slots_;
+  std::array<DeviceBuffer<float>, num_replicas> gradients_;
+  std::array<train::Tally, num_replicas> tallies_{};
+  std::array<double, num_replicas> shares_{};
+  std::array<std::vector<Piece>, num_replicas> pieces_;
+  std::int64_t floats_reduced_ = 0;
+
+  int micro_ = 0;
+  std::int64_t samples_in_group_ = 0;
+  std::int64_t step_ = 0;
+  std::int64_t micro_batches_seen_ = 0;
+  bool applied_ = true;
+};
+
+// Evaluation and prediction on the device, each replica on its shard of every batch. Sends
+// the model's (host) weights to the device once per call.
+template <class Config, class Model>
+class Evaluator {
+ public:
+  static constexpr int num_replicas = Config::num_replicas;
+  using Workspace = typename Model::template Workspace<CudaBackend, float>;
+
+  Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size)
+      : group_(&strategy.group()), model_(&model), batch_size_(global_batch_size) {
+    strategy::check_global_batch(global_batch_size, num_replicas);
+    int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
+    using T = typename Config::precision::compute_type;
+    replicas_ = make_replicas<Model>(num_replicas, gemm_precision_for<T>, shard, std::max(1, Model::output_width));
+    params_ = DeviceBuffer<float>(Model::arena_size, 0);
+    for (int r = 0; r < num_replicas; ++r) {
+      ContextBinding const bind(replicas_[std::size_t(r)]->context);
+      workspaces_.emplace_back(shard);
+    }
+  }
+
+  template <nn::Loss LossFn>
+  train::Evaluation evaluate(LossFn const& loss, data::Dataset const& data) {
+    std::array<train::Tally, num_replicas> tallies{};
+    upload_weights();
+    for_each_batch(data, [&](strategy::Shard const& shard, int r, Workspace& ws) {
+      tallies[std::size_t(r)] += train::forward_shard<CudaBackend>(*model_, ws, params_.data(), loss, shard, {});
+    });
+    train::Tally total;
+    for (auto const& t : tallies) total += t;
+    train::Evaluation result;
+    result.samples = total.samples;
+    result.loss = total.loss_sum / double(total.samples);
+    if constexpr (LossFn::reports_accuracy) result.accuracy = double(total.correct) / double(total.samples);
+    return result;
+  }
+
+  Matrix predict(data::Dataset const& data) {
+    Matrix out(Model::output_width, Eigen::Index(data.size()));
+    std::int64_t batch_start = 0;
+    upload_weights();
+    for_each_batch(
+        data,
+        [&](strategy::Shard const& shard, int r, Workspace& ws) {
+          model_->template forward<CudaBackend>(ws, params_.data(), shard.features, {});
+          auto& c = replicas_[std::size_t(r)]->context;
+          copy_to_host(out.data() + (batch_start + shard.first_sample) * Model::output_width, ws.output().data,
+                       ws.output().size(), c.stream());
+          c.synchronize();
+        },
+        &batch_start);
+    return out;
+  }
+
+ private:
+  void upload_weights() {
+    auto& c = replicas_[0]->context;
+    ContextBinding const bind(c);
+    copy_to_device(params_.data(), model_->parameters().data(), Model::arena_size, c.stream());
+    c.synchronize();
+  }
+
+  template <class Fn>
+  void for_each_batch(data::Dataset const& data, Fn&& fn, std::int64_t* batch_start = nullptr) {
+    Model::check_input_width(data.feature_width());
+    auto stream = data.batch(batch_size_).stream(0);
+    while (data::Batch const* batch = stream->next()) {
+      strategy::DistributedBatch const distributed(*batch, num_replicas);
+      auto task = [&](int r) {
+        auto& replica = *replicas_[std::size_t(r)];
+        ContextBinding const bind(replica.context);
+        fn(replica.upload(distributed.shard(r)), r, workspaces_[std::size_t(r)]);
+      };
+      group_->run(task);
+      if (batch_start) *batch_start += batch->size;
+    }
+  }
+
+  comm::ThreadGroup* group_;
+  Model const* model_;
+  int batch_size_;
+  std::vector<std::unique_ptr<DeviceReplica>> replicas_;
+  std::vector<Workspace> workspaces_;
+  DeviceBuffer<float> params_;
+};
+
+}  // namespace strata::cuda
+
+namespace strata::train {
+// Trainer<..., Cuda>: the device step and evaluator.
+template <>
+struct DeviceEngine<policy::Cuda> {
+  template <class Config, class Model, class Opt, class LossFn>
+  using step_runner = cuda::StepRunner<Config, Model, Opt, LossFn>;
+  template <class Config, class Model>
+  using evaluator = cuda::Evaluator<Config, Model>;
+};
+}  // namespace strata::train

@@ -1,0 +1,338 @@
+// The Cuda backend. `test_cuda` runs what needs no GPU: NVRTC compiles every kernel for
+// sm_75, sm_80 and sm_90, the disk cache, compile errors, and the errors a machine without a
+// GPU gives. `test_cuda --gpu` runs every backend function, layer, optimizer and strategy on
+// the GPU against the CPU backend, and exits 77 (CTest: skipped) when there is no GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "random_matrix.hpp"
+#include "strata.hpp"
+#include "strata/cuda.hpp"
+#include "temp_dir.hpp"
+
+using namespace strata;
+
+namespace {
+
+bool contains(std::vector<char> const& bytes, std::string const& text) {
+  return std::search(bytes.begin(), bytes.end(), text.begin(), text.end()) != bytes.end();
+}
+
+// ---- Host <-> device helpers for the GPU cases ----
+struct DeviceMatrixCopy {
+  cuda::DeviceBuffer<float> buffer;
+  int rows = 0, cols = 0;
+  explicit DeviceMatrixCopy(Matrix const& m) : buffer(std::size_t(std::max<Eigen::Index>(1, m.size())), 0), rows(int(m.rows())), cols(int(m.cols())) {
+    cuda::check(cudaMemcpy(buffer.data(), m.data(), std::size_t(m.size()) * sizeof(float), cudaMemcpyHostToDevice), "copy");
+  }
+  MatrixView view() { return {buffer.data(), rows, cols}; }
+  Matrix host() const {
+    Matrix m(rows, cols);
+    cuda::check(cudaMemcpy(m.data(), buffer.data(), std::size_t(m.size()) * sizeof(float), cudaMemcpyDeviceToHost), "copy");
+    return m;
+  }
+};
+
+Matrix features_of(data::Dataset const& d) { return strata::detail::eigen(d.features()); }
+
+double max_relative_error(Matrix const& got, Matrix const& want) {
+  double const scale = std::max(1e-6, double(want.cwiseAbs().maxCoeff()));
+  return double((got - want).cwiseAbs().maxCoeff()) / scale;
+}
+
+Matrix labels_row(std::vector<float> const& values) {
+  Matrix m(1, Eigen::Index(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) m(0, Eigen::Index(i)) = values[i];
+  return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- no GPU needed
+
+TEST_CASE("NVRTC compiles every kernel for sm_75, sm_80 and sm_90 without a GPU") {
+  auto const archs = cuda::nvrtc_architectures();
+  for (int arch : {75, 80, 90}) {
+    CAPTURE(arch);
+    REQUIRE(std::find(archs.begin(), archs.end(), arch) != archs.end());
+    auto const compiled = cuda::compile_kernels(arch, {{}, false});
+    CHECK_FALSE(compiled.from_cache);
+    REQUIRE(compiled.cubin.size() > 4);
+    CHECK(std::memcmp(compiled.cubin.data(), "\x7f" "ELF", 4) == 0);
+    for (char const* name : cuda::kernel_names) {
+      CAPTURE(name);
+      CHECK(contains(compiled.cubin, name));
+    }
+  }
+}
+
+TEST_CASE("the kernel cache returns the same binary, and a damaged file is compiled again and replaced") {
+  TempDir dir;
+  cuda::KernelCacheOptions const cache{dir.path, true};
+  auto const first = cuda::compile_kernels(90, cache);
+  CHECK_FALSE(first.from_cache);
+  REQUIRE(std::filesystem::exists(first.cache_file));
+  auto const second = cuda::compile_kernels(90, cache);
+  CHECK(second.from_cache);
+  CHECK(second.cubin == first.cubin);
+  CHECK(second.cache_file == first.cache_file);
+  { std::ofstream(first.cache_file, std::ios::binary | std::ios::trunc) << "not a cubin"; }
+  auto const third = cuda::compile_kernels(90, cache);
+  CHECK_FALSE(third.from_cache);
+  CHECK(third.cubin == first.cubin);
+  CHECK(cuda::compile_kernels(90, cache).from_cache);  // replaced
+  // A different architecture or source is a different file.
+  CHECK(cuda::compile_kernels(80, cache).cache_file != first.cache_file);
+}
+
+TEST_CASE("a kernel that does not compile is a DeviceError carrying NVRTC's log") {
+  std::string const broken = std::string(cuda::kernel_source) + "\nextern \"C\" __global__ void oops(float* x) { x[0] = y; }\n";
+  try {
+    (void)cuda::compile_kernels(90, {{}, false}, broken);
+    FAIL("compiled");
+  } catch (DeviceError const& e) {
+    std::string const what = e.what();
+    CHECK(what.find("NVRTC: compiling strata's kernels for sm_90 failed") != std::string::npos);
+    CHECK(what.find("identifier \"y\" is undefined") != std::string::npos);
+  }
+}
+
+TEST_CASE("without that GPU, the Cuda backend and Trainer<Cuda> say so and leave the model alone") {
+  int const devices = cuda::device_count();
+  int const missing = devices == 0 ? 0 : devices;  // no GPU: device 0; else one past the last
+  CHECK_THROWS_WITH_AS(cuda::Context{missing}, doctest::Contains(devices == 0 ? "no CUDA device is visible" : "does not exist"),
+                       DeviceError);
+  if (devices == 0) {
+    Sequential<Dense<4, 3>> model(1);
+    std::vector<float> const before(model.parameters().begin(), model.parameters().end());
+    data::Dataset const data(Matrix::Ones(4, 8), std::vector<std::int32_t>{0, 1, 2, 0, 1, 2, 0, 1});
+    Trainer<Mirrored<2>, Cuda> trainer;
+    CHECK_THROWS_WITH_AS(trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, data, {.epochs = 1, .batch_size = 4}),
+                         doctest::Contains("use strata::Cpu"), DeviceError);
+    CHECK(std::equal(before.begin(), before.end(), model.parameters().begin()));
+  }
+  CHECK_THROWS_WITH_AS(cuda::current_context(), doctest::Contains("ContextBinding"), DeviceError);
+}
+
+// ---------------------------------------------------------------- GPU
+
+TEST_CASE("gpu: GEMM in every transpose and precision against the CPU backend") {
+  cuda::Context context(0);
+  cuda::ContextBinding const bind(context);
+  Rng rng(3);
+  struct Case {
+    cuda::GemmPrecision precision;
+    double tolerance;
+  };
+  // fp32 differs from Eigen only in summation order; TF32 keeps 10 mantissa bits, bf16 7, fp16 10.
+  for (Case const c : {Case{cuda::GemmPrecision::fp32, 1e-5}, Case{cuda::GemmPrecision::tf32, 5e-3},
+                       Case{cuda::GemmPrecision::bf16, 2e-2}, Case{cuda::GemmPrecision::fp16, 5e-3}}) {
+    context.set_precision(c.precision);
+    context.reserve(1 << 16, 1);
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        CAPTURE(cuda::gemm_precision_name(c.precision));
+        CAPTURE(ta);
+        CAPTURE(tb);
+        int const m = 37, n = 29, k = 53;
+        Matrix a = ta ? random_matrix(rng, k, m) : random_matrix(rng, m, k);
+        Matrix b = tb ? random_matrix(rng, n, k) : random_matrix(rng, k, n);
+        Matrix want = random_matrix(rng, m, n);
+        DeviceMatrixCopy da(a), db(b), dc(want);
+        auto const op = [](int t) { return t ? Transpose::yes : Transpose::no; };
+        CpuBackend::gemm(op(ta), op(tb), 0.5f, view(a), view(b), 0.25f, view(want));
+        CudaBackend::gemm(op(ta), op(tb), 0.5f, da.view(), db.view(), 0.25f, dc.view());
+        CHECK(max_relative_error(dc.host(), want) < c.tolerance);
+      }
+  }
+}
+
+TEST_CASE("gpu: every element-wise function, loss and metric against the CPU backend") {
+  cuda::Context context(0);
+  cuda::ContextBinding const bind(context);
+  Rng rng(5);
+  int const rows = 10, cols = 300;
+  Matrix const x = random_matrix(rng, rows, cols) * 6.0f;
+  Matrix const dy = random_matrix(rng, rows, cols);
+  Matrix bias = random_matrix(rng, rows, 1);
+  DeviceMatrixCopy dx_in(x), ddy(dy), dbias(bias);
+  auto run = [&](auto cpu, auto gpu, double tolerance) {
+    Matrix want(rows, cols);
+    DeviceMatrixCopy got(want);
+    cpu(want);
+    gpu(got.view());
+    context.synchronize();
+    CHECK(max_relative_error(got.host(), want) <= tolerance);
+  };
+  SUBCASE("activations") {
+    run([&](Matrix& y) { CpuBackend::relu(view(x), view(y)); }, [&](MatrixView y) { CudaBackend::relu(dx_in.view(), y); }, 0);
+    run([&](Matrix& y) { CpuBackend::relu_backward(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { CudaBackend::relu_backward(dx_in.view(), ddy.view(), y); }, 0);
+    run([&](Matrix& y) { CpuBackend::tanh(view(x), view(y)); }, [&](MatrixView y) { CudaBackend::tanh(dx_in.view(), y); }, 1e-6);
+    run([&](Matrix& y) { CpuBackend::tanh_backward(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { CudaBackend::tanh_backward(dx_in.view(), ddy.view(), y); }, 1e-6);
+    run([&](Matrix& y) { CpuBackend::gelu(view(x), view(y)); }, [&](MatrixView y) { CudaBackend::gelu(dx_in.view(), y); }, 1e-6);
+    run([&](Matrix& y) { CpuBackend::gelu_backward(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { CudaBackend::gelu_backward(dx_in.view(), ddy.view(), y); }, 1e-6);
+    run([&](Matrix& y) { CpuBackend::multiply(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { CudaBackend::multiply(dx_in.view(), ddy.view(), y); }, 0);
+    run([&](Matrix& y) { y = x; CpuBackend::add_bias(view(y), bias.data()); },
+        [&](MatrixView y) { CudaBackend::copy(dx_in.view(), y); CudaBackend::add_bias(y, dbias.buffer.data()); }, 0);
+  }
+  SUBCASE("dropout draws the CPU's masks exactly") {
+    Matrix mask(rows, cols), y(rows, cols);
+    DeviceMatrixCopy dmask(mask), dyo(y);
+    CpuBackend::dropout(view(x), view(y), view(mask), 0.3f, 1234, 77);
+    CudaBackend::dropout(dx_in.view(), dyo.view(), dmask.view(), 0.3f, 1234, 77);
+    CHECK(dmask.host() == mask);
+    CHECK(dyo.host() == y);
+  }
+  SUBCASE("row sums, with and without beta") {
+    std::vector<float> want(rows, 1.0f);
+    cuda::DeviceBuffer<float> got(rows, 0);
+    cuda::check(cudaMemcpy(got.data(), want.data(), rows * sizeof(float), cudaMemcpyHostToDevice), "copy");
+    CpuBackend::row_sums(view(x), 0.5f, want.data());
+    CudaBackend::row_sums(dx_in.view(), 0.5f, got.data());
+    std::vector<float> host(rows);
+    cuda::check(cudaMemcpy(host.data(), got.data(), rows * sizeof(float), cudaMemcpyDeviceToHost), "copy");
+    for (int i = 0; i < rows; ++i) CHECK(host[std::size_t(i)] == doctest::Approx(want[std::size_t(i)]).epsilon(1e-5));
+  }
+  SUBCASE("softmax cross-entropy, accuracy, mean squared error; a bad label named as on the CPU") {
+    std::vector<float> label_values;
+    for (int j = 0; j < cols; ++j) label_values.push_back(float((j * 7) % rows));
+    Matrix const labels = labels_row(label_values);
+    DeviceMatrixCopy dlabels(labels);
+    Matrix want(rows, cols);
+    DeviceMatrixCopy got(want);
+    double const loss = CpuBackend::softmax_cross_entropy(view(x), view(labels), view(want), 0.5f);
+    double const gpu_loss = CudaBackend::softmax_cross_entropy(dx_in.view(), dlabels.view(), got.view(), 0.5f);
+    CHECK(gpu_loss == doctest::Approx(loss).epsilon(1e-6));
+    CHECK(max_relative_error(got.host(), want) < 1e-6);
+    CHECK(CudaBackend::count_correct(dx_in.view(), dlabels.view()) == CpuBackend::count_correct(view(x), view(labels)));
+    double const mse = CpuBackend::mean_squared_error(view(x), view(dy), view(want), 2.0f);
+    CHECK(CudaBackend::mean_squared_error(dx_in.view(), ddy.view(), got.view(), 2.0f) == doctest::Approx(mse).epsilon(1e-5));
+    CHECK(max_relative_error(got.host(), want) < 1e-6);
+    label_values[17] = 10.0f;
+    label_values[40] = 2.5f;
+    DeviceMatrixCopy bad(labels_row(label_values));
+    CHECK_THROWS_WITH_AS(CudaBackend::softmax_cross_entropy(dx_in.view(), bad.view(), got.view(), 1.0f),
+                         "SoftmaxCrossEntropy: label 10 of sample 17 in this batch is not a class index in [0, 10)",
+                         DataError);
+  }
+  SUBCASE("rounding to bf16 and fp16 gives the CPU's bits") {
+    Matrix wide = random_matrix(rng, rows, cols) * 1e5f;
+    wide(0, 0) = std::nanf("");
+    wide(1, 0) = 1e-7f;  // fp16 subnormal
+    wide(2, 0) = 7e4f;   // fp16 overflow
+    for (bool bf : {true, false}) {
+      Matrix want = wide;
+      DeviceMatrixCopy got(wide);
+      if (bf) {
+        round_to<bf16>(want.data(), std::size_t(want.size()));
+        CudaBackend::round_to<bf16>(got.buffer.data(), std::size_t(want.size()));
+      } else {
+        round_to<fp16>(want.data(), std::size_t(want.size()));
+        CudaBackend::round_to<fp16>(got.buffer.data(), std::size_t(want.size()));
+      }
+      Matrix const host = got.host();
+      CHECK(std::memcmp(host.data() + 1, want.data() + 1, std::size_t(want.size() - 1) * sizeof(float)) == 0);
+      CHECK(std::isnan(host(0, 0)));
+    }
+  }
+}
+
+namespace {
+using GpuModel = Sequential<Dense<20, 32>, Relu, Dense<32, 24>, Tanh, Dense<24, 16>, Gelu, Dropout, Dense<16, 5>>;
+
+data::Dataset synthetic(int samples, std::uint64_t seed) {
+  Rng rng(seed);
+  Matrix x = random_matrix(rng, 20, samples);
+  std::vector<std::int32_t> labels;
+  for (int j = 0; j < samples; ++j) labels.push_back(std::int32_t(rng() % 5));
+  return {std::move(x), labels};
+}
+
+// Trains a copy of `model` for `steps` batches under Trainer<Ps...>; returns its weights.
+template <class... Ps, class Opt>
+std::vector<float> train_copy(GpuModel model, Opt const& optimizer, int epochs, float clip = 0.0f) {
+  Trainer<Ps...> trainer;
+  trainer.fit(model, optimizer, SoftmaxCrossEntropy{}, synthetic(192, 7),
+              {.epochs = epochs, .batch_size = 64, .shuffle = true, .seed = 3, .clip_global_norm = clip});
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+double max_difference(std::span<float const> a, std::span<float const> b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same weights, fp32 tolerance)", Opt, Sgd,
+                   Adam, AdamW) {
+  GpuModel const model(21, {}, {}, {}, {}, {}, {}, Dropout{0.2f}, {});
+  Opt optimizer{};
+  if constexpr (std::is_same_v<Opt, Sgd>) optimizer = Sgd{.lr = 0.05f, .momentum = 0.9f, .nesterov = true};
+  auto const cpu = train_copy<OneDevice>(model, optimizer, 2);
+  auto const gpu = train_copy<OneDevice, Cuda>(model, optimizer, 2);
+  CHECK(max_difference(cpu, gpu) < 2e-4);
+  CHECK(max_difference(cpu, model.parameters()) > 1e-3);  // it trained
+}
+
+TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping and GradAccum as on the CPU") {
+  GpuModel const model(22);
+  CHECK(max_difference(train_copy<OneDevice, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-5);
+  CHECK(max_difference(train_copy<Mirrored<2>, Cuda>(model, Adam{}, 1, 0.05f), train_copy<Mirrored<2>>(model, Adam{}, 1, 0.05f)) < 2e-4);
+  CHECK(max_difference(train_copy<Mirrored<3>, Cuda, GradAccum<2>>(model, Sgd{.lr = 0.1f}, 2),
+                       train_copy<OneDevice, GradAccum<2>>(model, Sgd{.lr = 0.1f}, 2)) < 2e-4);
+}
+
+TEST_CASE("gpu: mixed precision on tensor cores stays within 16-bit tolerance of the CPU") {
+  GpuModel const model(23);
+  CHECK(max_difference(train_copy<Cuda, MixedPrecision>(model, Adam{}, 1), train_copy<MixedPrecision>(model, Adam{}, 1)) < 2e-2);
+  CHECK(max_difference(train_copy<Cuda, MixedPrecisionFp16>(model, Adam{}, 1), train_copy<MixedPrecisionFp16>(model, Adam{}, 1)) < 2e-2);
+}
+
+TEST_CASE("gpu: the Fashion-MNIST MLP reaches the CPU's accuracy; evaluate and predict agree") {
+  using Mlp = Sequential<Dense<784, 256>, Relu, Dense<256, 10>>;
+  auto const train = data::fashion_mnist(data::Split::train).take(20000);
+  auto const test = data::fashion_mnist(data::Split::test);
+  auto fit = [&](auto& trainer) {
+    Mlp model(4);
+    trainer.fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train, {.epochs = 3, .batch_size = 128, .seed = 1});
+    return std::pair{trainer.evaluate(model, SoftmaxCrossEntropy{}, test), model.predict(features_of(test))};
+  };
+  Trainer<Mirrored<2>> cpu;
+  Trainer<Mirrored<2>, Cuda> gpu;
+  auto const [cpu_eval, cpu_out] = fit(cpu);
+  auto const [gpu_eval, gpu_out] = fit(gpu);
+  MESSAGE("test accuracy: CPU " << *cpu_eval.accuracy << ", GPU " << *gpu_eval.accuracy);
+  CHECK(*gpu_eval.accuracy > 0.84);
+  CHECK(std::abs(*gpu_eval.accuracy - *cpu_eval.accuracy) < 0.01);
+  Mlp model(4);
+  Matrix const predicted = gpu.predict(model, test);
+  CHECK(max_relative_error(predicted, model.predict(features_of(test))) < 1e-5);
+}
+
+int main(int argc, char** argv) {
+  bool gpu = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--gpu") == 0) gpu = true;
+    else args.push_back(argv[i]);
+  }
+  if (gpu && cuda::device_count() == 0) {
+    std::puts("SKIPPED: no CUDA device here (cudaGetDeviceCount found none); the GPU tests run on a GPU machine "
+              "(scripts/gpu-check)");
+    return 77;
+  }
+  doctest::Context context(int(args.size()), args.data());
+  context.addFilter(gpu ? "test-case" : "test-case-exclude", "gpu:*");
+  return context.run();
+}
