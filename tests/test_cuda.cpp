@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_main.hpp"
 #include "random_matrix.hpp"
 #include "strata.hpp"
 #include "strata/cuda.hpp"
@@ -201,7 +202,7 @@ TEST_CASE("gpu: every element-wise function, loss and metric against the CPU bac
     CudaBackend::row_sums(dx_in.view(), 0.5f, got.data());
     std::vector<float> host(rows);
     cuda::check(cudaMemcpy(host.data(), got.data(), rows * sizeof(float), cudaMemcpyDeviceToHost), "copy");
-    for (int i = 0; i < rows; ++i) CHECK(host[std::size_t(i)] == doctest::Approx(want[std::size_t(i)]).epsilon(1e-5));
+    for (int i = 0; i < rows; ++i) CHECK(host[std::size_t(i)] == doctest::Approx(want[std::size_t(i)]).epsilon(1e-4));
   }
   SUBCASE("softmax cross-entropy, accuracy, mean squared error; a bad label named as on the CPU") {
     std::vector<float> label_values;
@@ -287,7 +288,7 @@ TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same we
 
 TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping and GradAccum as on the CPU") {
   GpuModel const model(22);
-  CHECK(max_difference(train_copy<OneDevice, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-5);
+  CHECK(max_difference(train_copy<OneDevice, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-4);
   CHECK(max_difference(train_copy<Mirrored<2>, Cuda>(model, Adam{}, 1, 0.05f), train_copy<Mirrored<2>>(model, Adam{}, 1, 0.05f)) < 2e-4);
   CHECK(max_difference(train_copy<Mirrored<3>, Cuda, GradAccum<2>>(model, Sgd{.lr = 0.1f}, 2),
                        train_copy<OneDevice, GradAccum<2>>(model, Sgd{.lr = 0.1f}, 2)) < 2e-4);
@@ -320,19 +321,4 @@ TEST_CASE("gpu: the Fashion-MNIST MLP reaches the CPU's accuracy; evaluate and p
   CHECK(max_relative_error(predicted, model.predict(features_of(test))) < 1e-5);
 }
 
-int main(int argc, char** argv) {
-  bool gpu = false;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--gpu") == 0) gpu = true;
-    else args.push_back(argv[i]);
-  }
-  if (gpu && cuda::device_count() == 0) {
-    std::puts("SKIPPED: no CUDA device here (cudaGetDeviceCount found none); the GPU tests run on a GPU machine "
-              "(scripts/gpu-check)");
-    return 77;
-  }
-  doctest::Context context(int(args.size()), args.data());
-  context.addFilter(gpu ? "test-case" : "test-case-exclude", "gpu:*");
-  return context.run();
-}
+int main(int argc, char** argv) { return gpu_test_main(argc, argv, "Cuda backend", 540); }

@@ -4,15 +4,13 @@
 // scripts/gpu-check can build it on a machine with only the CUDA toolkit.
 #include <doctest/doctest.h>
 
-#include <csignal>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "comm_reference.hpp"
+#include "gpu_main.hpp"
 #include "strata/comm/nccl_communicator.hpp"
 #include "strata/comm/thread_communicator.hpp"
 
@@ -150,24 +148,4 @@ TEST_CASE("gpu: two ranks on one GPU are refused by NCCL with its reason") {
   CHECK_THROWS_AS(NcclCommunicator::create_all(same, {.timeout = 20s}), CommError);
 }
 
-int main(int argc, char** argv) {
-  bool gpu = false;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--gpu") == 0) gpu = true;
-    else args.push_back(argv[i]);
-  }
-  if (gpu && cuda_device_count() == 0) {
-    std::puts("SKIPPED: no CUDA device here (cudaGetDeviceCount found none); the NCCL tests run on a GPU machine");
-    return 77;
-  }
-  signal(SIGALRM, [](int) {
-    constexpr char text[] = "test_nccl: watchdog fired after 240 s: a collective hung\n";
-    (void)!write(2, text, sizeof text - 1);
-    _exit(3);
-  });
-  alarm(240);
-  doctest::Context context(int(args.size()), args.data());
-  context.addFilter(gpu ? "test-case" : "test-case-exclude", "gpu:*");
-  return context.run();
-}
+int main(int argc, char** argv) { return gpu_test_main(argc, argv, "NCCL", 240); }

@@ -28,6 +28,7 @@
 #include "strata/comm/communicator.hpp"
 #include "strata/comm/wait.hpp"
 #include "strata/core/error.hpp"
+#include "strata/cuda/runtime.hpp"
 
 namespace strata::comm {
 
@@ -36,14 +37,7 @@ struct NcclOptions {
 };
 
 // The number of CUDA devices this process sees; 0 where there is no GPU or no driver.
-inline int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return count;
-}
+inline int cuda_device_count() { return cuda::device_count(); }
 
 class NcclCommunicator {
  public:

@@ -42,6 +42,8 @@
 #include "strata/train/logs.hpp"
 #include "strata/train/loss_scale.hpp"
 #include "strata/train/replica_pass.hpp"
+#include "strata/train/evaluator.hpp"
+#include "strata/train/step_progress.hpp"
 #include "strata/train/step_runner.hpp"
 #include "strata/train/trainer.hpp"
 
@@ -95,7 +97,7 @@ std::vector<std::unique_ptr<DeviceReplica>> make_replicas(int count, GemmPrecisi
 }
 
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn>
-class StepRunner {
+class StepRunner : public train::StepProgress<Config> {
   static_assert(has_device_update<Opt>,
                 "strata::Cuda: the device optimizer update is written for Sgd, Adam and AdamW; Lamb runs on "
                 "strata::Cpu only (docs/gpu.md)");
@@ -103,22 +105,16 @@ class StepRunner {
  public:
   using backend = CudaBackend;
   using compute_type = typename Config::precision::compute_type;
-  using scaler_type = train::LossScaler<typename Config::precision::loss_scale>;
   using Workspace = typename Model::template Workspace<CudaBackend, float>;
   static constexpr int num_replicas = Config::num_replicas;
-  static constexpr int accumulation_steps = Config::accumulation_steps;
   static constexpr std::size_t arena = Model::arena_size;
 
   StepRunner(strategy::BasicStrategy<Config>& strategy, Model& model, Opt const& optimizer, LossFn const& loss,
              int global_batch_size, std::uint64_t seed, train::StepOptions options = {})
-      : group_(&strategy.group()), model_(&model), optimizer_(optimizer), loss_(loss),
-        state_(optimizer.make_state(arena)), seed_(seed), options_(options) {
+      : train::StepProgress<Config>(global_batch_size, seed, options), group_(&strategy.group()), model_(&model),
+        optimizer_(optimizer), loss_(loss), state_(optimizer.make_state(arena)) {
     optimizer_.validate();
-    if (!(options.clip_global_norm >= 0.0f) || !std::isfinite(options.clip_global_norm))
-      throw ConfigError(strata::detail::message("clip_global_norm ", options.clip_global_norm,
-                                                " must be a finite number >= 0 (0 turns clipping off)"));
     strategy::check_global_batch(global_batch_size, num_replicas);
-    max_batch_ = global_batch_size;
     int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
     replicas_ = make_replicas<Model>(num_replicas, gemm_precision_for<compute_type>, shard, target_width());
     {
@@ -139,14 +135,7 @@ class StepRunner {
   }
 
   train::Tally train_on_batch(data::Batch const& batch) {
-    if (batch.size > max_batch_ || batch.size < 1)
-      throw ConfigError(strata::detail::message("StepRunner: a batch of ", batch.size,
-                                                " samples; this runner was built for global batches of 1..", max_batch_));
-    bool const accumulate = micro_ > 0;
-    bool const apply = micro_ + 1 == accumulation_steps;
-    samples_in_group_ += batch.size;
-    std::uint64_t const dropout_seed = mix64(seed_, std::uint64_t(micro_batches_seen_++));
-    float const loss_scale = scaler_.scale();
+    auto const micro = this->begin_micro_batch(batch.size);
     strategy::DistributedBatch const distributed(batch, num_replicas);
     auto task = [&](int r) {
       auto& replica = *replicas_[std::size_t(r)];
@@ -154,10 +143,11 @@ class StepRunner {
       strategy::Shard const shard = replica.upload(distributed.shard(r));
       auto& ws = workspaces_[std::size_t(r)];
       tallies_[std::size_t(r)] = train::forward_shard<CudaBackend>(*model_, ws, params_.data(), loss_, shard,
-                                                                   {true, dropout_seed, shard.first_sample}, loss_scale);
+                                                                   {true, micro.dropout_seed, shard.first_sample},
+                                                                   micro.loss_scale);
       model_->template backward<CudaBackend>(ws, params_.data(), gradients_[std::size_t(r)].data(), shard.features,
-                                             accumulate);
-      if (apply) {
+                                             micro.accumulate);
+      if (micro.apply) {
         replica.context.synchronize();  // this replica's gradients are complete...
         group_->barrier(r);             // ...and every other replica's
         update_owned_slice(r);
@@ -165,15 +155,14 @@ class StepRunner {
       }
     };
     group_->run(task);
-    if (apply) finish_step();
-    else ++micro_;
+    this->end_micro_batch(micro.apply);
     train::Tally total;
     for (auto const& t : tallies_) total += t;
     return total;
   }
 
   void flush() {
-    if (micro_ == 0) return;
+    if (!this->group_pending()) return;
     auto task = [&](int r) {
       ContextBinding const bind(replicas_[std::size_t(r)]->context);
       replicas_[std::size_t(r)]->context.synchronize();
@@ -182,17 +171,13 @@ class StepRunner {
       replicas_[std::size_t(r)]->context.synchronize();
     };
     group_->run(task);
-    finish_step();
+    this->finish_step();
   }
 
   // Continues from the host weights and optimizer state (restored from a checkpoint, or as
   // the model was given), sending them to the device.
   void resume(std::int64_t steps, std::int64_t micro_batches, std::optional<train::LossScaleState> loss_scale = {}) {
-    step_ = steps;
-    micro_batches_seen_ = micro_batches;
-    micro_ = 0;
-    samples_in_group_ = 0;
-    if (loss_scale) scaler_.restore(*loss_scale);
+    this->restart(steps, micro_batches, loss_scale);
     upload_state();
   }
 
@@ -209,17 +194,10 @@ class StepRunner {
   // TF32 (or back to fp32) for a FullPrecision run's GEMMs.
   void set_gemm_precision(GemmPrecision p) {
     for (auto& r : replicas_) r->context.set_precision(p);
-    for (auto& r : replicas_) r->context.reserve(largest_gemm_factor(workspaces_[0].max_batch()), workspaces_[0].max_batch());
+    int const shard = workspaces_[0].max_batch();
+    for (auto& r : replicas_) r->context.reserve(largest_gemm_factor(shard), shard);
   }
 
-  [[nodiscard]] std::int64_t optimizer_steps() const { return step_; }
-  [[nodiscard]] std::int64_t micro_batches() const { return micro_batches_seen_; }
-  [[nodiscard]] bool at_step_boundary() const { return micro_ == 0; }
-  [[nodiscard]] bool last_step_applied() const { return applied_; }
-  [[nodiscard]] std::optional<train::LossScaleState> loss_scale() const {
-    if constexpr (scaler_type::active) return scaler_.state();
-    else return std::nullopt;
-  }
   [[nodiscard]] std::int64_t floats_reduced() const { return floats_reduced_; }
   [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
   [[nodiscard]] typename Opt::State& optimizer_state() { return state_; }
@@ -265,7 +243,7 @@ class StepRunner {
 
   void update_owned_slice(int r) {
     Context& c = replicas_[std::size_t(r)]->context;
-    float const scale = 1.0f / (float(samples_in_group_) * scaler_.scale());
+    float const scale = this->gradient_scale();
     comm::Slice const mine = comm::owned_slice(arena, num_replicas, r);
     std::int64_t const n = std::int64_t(mine.end - mine.begin);
     if (n > 0) {
@@ -277,18 +255,15 @@ class StepRunner {
       c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced_.data() + mine.begin, (long long)n, scale);
     }
     if (r == 0) floats_reduced_ += std::int64_t(arena);
-    float factor = 1.0f;
-    if (scaler_type::active || options_.clip_global_norm > 0.0f) {
+    if (this->needs_global_norm()) {
       shares_[std::size_t(r)] = n > 0 ? c.sum_of_squares(reduced_.data() + mine.begin, std::size_t(n)) : 0.0;
       group_->barrier(r);
       double total = 0.0;
       for (double s : shares_) total += s;  // replica order: one answer everywhere
-      bool const finite = std::isfinite(total);
-      if (r == 0) applied_ = finite || !scaler_type::active;
-      if (!finite && scaler_type::active) return;
-      float const clip = options_.clip_global_norm;
-      if (clip > 0.0f && finite && std::sqrt(total) > clip) factor = float(clip / std::sqrt(total));
-      if (factor != 1.0f && n > 0) c.launch(Kernel::scale, n, reduced_.data() + mine.begin, (long long)n, factor);
+      auto const decision = this->decide(total, r);
+      if (!decision.apply) return;  // skipped on every replica alike
+      if (decision.factor != 1.0f && n > 0)
+        c.launch(Kernel::scale, n, reduced_.data() + mine.begin, (long long)n, decision.factor);
     }
     for (Piece const& piece : pieces_[std::size_t(r)]) apply(c, piece);
   }
@@ -298,28 +273,19 @@ class StepRunner {
     long long const n = (long long)(piece.end - piece.begin);
     float* w = params_.data() + piece.begin;
     float const* g = reduced_.data() + piece.begin;
-    optim::StepInfo const step{step_ + 1};
+    optim::StepInfo const step{this->step_ + 1};
     if constexpr (std::is_same_v<Opt, optim::Sgd>) {
       float* v = slots_.empty() ? nullptr : slots_[0].data() + piece.begin;
       c.launch(Kernel::sgd, n, w, g, v, n, optimizer_.lr * step.lr_scale, optimizer_.momentum, int(optimizer_.nesterov));
     } else {
       float decay = 0.0f;
       if constexpr (std::is_same_v<Opt, optim::AdamW>) decay = optimizer_.weight_decay;
-      double const t = double(step.t);
       float const lr = optimizer_.lr * step.lr_scale;
-      auto const step_size = float(double(lr) * std::sqrt(1.0 - std::pow(double(optimizer_.beta2), t)) /
-                                   (1.0 - std::pow(double(optimizer_.beta1), t)));
+      float const step_size = optim::detail::adam_step_size(lr, optimizer_.beta1, optimizer_.beta2, step.t);
       float const keep = piece.decay ? 1.0f - lr * decay : 1.0f;
       c.launch(Kernel::adam, n, w, g, slots_[0].data() + piece.begin, slots_[1].data() + piece.begin, n, optimizer_.beta1,
                optimizer_.beta2, optimizer_.epsilon, step_size, keep);
     }
-  }
-
-  void finish_step() {
-    if (applied_) ++step_;
-    if constexpr (scaler_type::active) scaler_.record(applied_);
-    micro_ = 0;
-    samples_in_group_ = 0;
   }
 
   comm::ThreadGroup* group_;
@@ -327,10 +293,6 @@ class StepRunner {
   Opt optimizer_;
   LossFn loss_;
   typename Opt::State state_;  // the host copy (checkpoints); the device copy is slots_
-  std::uint64_t seed_;
-  train::StepOptions options_;
-  scaler_type scaler_{};
-  int max_batch_ = 0;
 
   std::vector<std::unique_ptr<DeviceReplica>> replicas_;
   std::vector<Workspace> workspaces_;
@@ -341,12 +303,6 @@ class StepRunner {
   std::array<double, num_replicas> shares_{};
   std::array<std::vector<Piece>, num_replicas> pieces_;
   std::int64_t floats_reduced_ = 0;
-
-  int micro_ = 0;
-  std::int64_t samples_in_group_ = 0;
-  std::int64_t step_ = 0;
-  std::int64_t micro_batches_seen_ = 0;
-  bool applied_ = true;
 };
 
 // Evaluation and prediction on the device, each replica on its shard of every batch. Sends
@@ -377,13 +333,7 @@ class Evaluator {
     for_each_batch(data, [&](strategy::Shard const& shard, int r, Workspace& ws) {
       tallies[std::size_t(r)] += train::forward_shard<CudaBackend>(*model_, ws, params_.data(), loss, shard, {});
     });
-    train::Tally total;
-    for (auto const& t : tallies) total += t;
-    train::Evaluation result;
-    result.samples = total.samples;
-    result.loss = total.loss_sum / double(total.samples);
-    if constexpr (LossFn::reports_accuracy) result.accuracy = double(total.correct) / double(total.samples);
-    return result;
+    return train::summarize<LossFn>(tallies);
   }
 
   Matrix predict(data::Dataset const& data) {
@@ -414,17 +364,14 @@ class Evaluator {
   template <class Fn>
   void for_each_batch(data::Dataset const& data, Fn&& fn, std::int64_t* batch_start = nullptr) {
     Model::check_input_width(data.feature_width());
-    auto stream = data.batch(batch_size_).stream(0);
-    while (data::Batch const* batch = stream->next()) {
-      strategy::DistributedBatch const distributed(*batch, num_replicas);
-      auto task = [&](int r) {
-        auto& replica = *replicas_[std::size_t(r)];
-        ContextBinding const bind(replica.context);
-        fn(replica.upload(distributed.shard(r)), r, workspaces_[std::size_t(r)]);
-      };
-      group_->run(task);
-      if (batch_start) *batch_start += batch->size;
-    }
+    train::for_each_shard(
+        *group_, data, batch_size_, num_replicas,
+        [&](strategy::Shard const& shard, int r) {
+          auto& replica = *replicas_[std::size_t(r)];
+          ContextBinding const bind(replica.context);
+          fn(replica.upload(shard), r, workspaces_[std::size_t(r)]);
+        },
+        batch_start);
   }
 
   comm::ThreadGroup* group_;

@@ -41,12 +41,16 @@ inline void check_adam(char const* name, float lr, float beta1, float beta2, flo
     throw ConfigError(strata::detail::message(name, ": epsilon ", epsilon, " must be positive"));
 }
 
+// The step size with both bias corrections folded in: lr * sqrt(1 - beta2^t) / (1 - beta1^t),
+// in double (the CPU update and the GPU kernel take the same float).
+inline float adam_step_size(float lr, float beta1, float beta2, std::int64_t t) {
+  return float(double(lr) * std::sqrt(1.0 - std::pow(double(beta2), double(t))) / (1.0 - std::pow(double(beta1), double(t))));
+}
+
 inline void adam_update(std::span<float> w, std::span<float const> g, AdamMoments& s, std::size_t offset,
                         StepInfo step, float base_lr, float beta1, float beta2, float epsilon, float decay) {
-  double const t = double(step.t);
   float const lr = base_lr * step.lr_scale;
-  auto const step_size = float(double(lr) * std::sqrt(1.0 - std::pow(double(beta2), t)) /
-                               (1.0 - std::pow(double(beta1), t)));
+  float const step_size = adam_step_size(lr, beta1, beta2, step.t);
   float const keep = step.decay ? 1.0f - lr * decay : 1.0f;
   std::size_t const n = w.size();
   float* __restrict wp = w.data();

@@ -5,10 +5,12 @@
 // with 16-bit activations.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
+#include "strata/comm/thread_group.hpp"
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/core/tensor.hpp"
@@ -20,6 +22,32 @@
 #include "strata/train/replica_pass.hpp"
 
 namespace strata::train {
+
+// The mean loss (and accuracy, for classification losses) of the replicas' tallies together.
+template <class LossFn, std::size_t N>
+Evaluation summarize(std::array<Tally, N> const& tallies) {
+  Tally total;
+  for (auto const& t : tallies) total += t;
+  Evaluation result;
+  result.samples = total.samples;
+  result.loss = total.loss_sum / double(total.samples);
+  if constexpr (LossFn::reports_accuracy) result.accuracy = double(total.correct) / double(total.samples);
+  return result;
+}
+
+// Calls fn(shard, replica) on every replica, in the group's threads, for every batch of
+// `data` in order; *batch_start, when given, is the index of the current batch's first sample.
+template <class Fn>
+void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int batch_size, int num_replicas, Fn&& fn,
+                    std::int64_t* batch_start = nullptr) {
+  auto stream = data.batch(batch_size).stream(0);
+  while (data::Batch const* batch = stream->next()) {
+    strategy::DistributedBatch const distributed(*batch, num_replicas);
+    auto task = [&](int r) { fn(distributed.shard(r), r); };
+    group.run(task);
+    if (batch_start) *batch_start += batch->size;
+  }
+}
 
 template <class Config, class Model>
 class Evaluator {
@@ -44,13 +72,7 @@ class Evaluator {
     for_each_batch(data, [&](strategy::Shard const& shard, int r, auto& ws) {
       tallies[std::size_t(r)] += forward_shard<backend>(*model_, ws, params, loss, shard, {});
     });
-    Tally total;
-    for (auto const& t : tallies) total += t;
-    Evaluation result;
-    result.samples = total.samples;
-    result.loss = total.loss_sum / double(total.samples);
-    if constexpr (LossFn::reports_accuracy) result.accuracy = double(total.correct) / double(total.samples);
-    return result;
+    return summarize<LossFn>(tallies);
   }
 
   // The model's outputs for every sample, output_width x size, in dataset order.
@@ -85,13 +107,9 @@ class Evaluator {
   template <class Fn>
   void for_each_batch(data::Dataset const& data, Fn&& fn, std::int64_t* batch_start = nullptr) {
     Model::check_input_width(data.feature_width());
-    auto stream = data.batch(batch_size_).stream(0);
-    while (data::Batch const* batch = stream->next()) {
-      strategy::DistributedBatch const distributed(*batch, num_replicas);
-      auto task = [&](int r) { fn(distributed.shard(r), r, workspaces_[std::size_t(r)]); };
-      group_->run(task);
-      if (batch_start) *batch_start += batch->size;
-    }
+    for_each_shard(
+        *group_, data, batch_size_, num_replicas,
+        [&](strategy::Shard const& shard, int r) { fn(shard, r, workspaces_[std::size_t(r)]); }, batch_start);
   }
 
   comm::ThreadGroup* group_;

@@ -41,22 +41,16 @@
 #include "strata/strategy/strategy.hpp"
 #include "strata/train/loss_scale.hpp"
 #include "strata/train/replica_pass.hpp"
+#include "strata/train/step_progress.hpp"
 
 namespace strata::train {
 
-// Options of the update that are not policies.
-struct StepOptions {
-  float clip_global_norm = 0.0f;  // > 0: scale the reduced gradient so its global L2 norm is at most this
-};
-
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn>
-class StepRunner {
+class StepRunner : public StepProgress<Config> {
  public:
   using backend = typename strategy::BasicStrategy<Config>::backend;
   using compute_type = typename Config::precision::compute_type;
-  using scaler_type = LossScaler<typename Config::precision::loss_scale>;
   static constexpr int num_replicas = Config::num_replicas;
-  static constexpr int accumulation_steps = Config::accumulation_steps;
   static constexpr bool mixed = !std::is_same_v<compute_type, float>;
   static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
   static constexpr std::size_t chunk_floats = 2048;  // 8 KiB: reduced and updated while in L1
@@ -64,15 +58,11 @@ class StepRunner {
   // `global_batch_size` bounds the batches this runner takes (shards are sized for it).
   StepRunner(strategy::BasicStrategy<Config>& strategy, Model& model, Opt const& optimizer, LossFn const& loss,
              int global_batch_size, std::uint64_t seed, StepOptions options = {})
-      : group_(&strategy.group()), model_(&model), optimizer_(optimizer), loss_(loss),
-        state_(optimizer.make_state(Model::arena_size)), seed_(seed), options_(options) {
+      : StepProgress<Config>(global_batch_size, seed, options), group_(&strategy.group()), model_(&model),
+        optimizer_(optimizer), loss_(loss), state_(optimizer.make_state(Model::arena_size)) {
     optimizer_.validate();
-    if (!(options.clip_global_norm >= 0.0f) || !std::isfinite(options.clip_global_norm))
-      throw ConfigError(strata::detail::message("clip_global_norm ", options.clip_global_norm,
-                                                " must be a finite number >= 0 (0 turns clipping off)"));
     strategy::check_global_batch(global_batch_size, num_replicas);
     int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
-    max_batch_ = global_batch_size;
     workspaces_.reserve(num_replicas);
     for (int r = 0; r < num_replicas; ++r) {
       workspaces_.emplace_back(shard);
@@ -84,7 +74,7 @@ class StepRunner {
       gradients_[std::size_t(r)] = replica_gradients_[std::size_t(r)].data();
     }
     plan_pieces();
-    whole_gradient_first_ = scaler_type::active || options.clip_global_norm > 0.0f || layerwise;
+    whole_gradient_first_ = this->needs_global_norm() || layerwise;
     if (whole_gradient_first_) reduced_ = AlignedBuffer(Model::arena_size);
     if constexpr (mixed) {
       compute_weights_ = AlignedBuffer(Model::arena_size);
@@ -95,30 +85,22 @@ class StepRunner {
   // One global batch (one micro-batch under GradAccum<K>). Returns the summed loss and
   // correct counts over its samples. The optimizer runs after every K-th batch.
   Tally train_on_batch(data::Batch const& batch) {
-    if (batch.size > max_batch_ || batch.size < 1)
-      throw ConfigError(strata::detail::message("StepRunner: a batch of ", batch.size,
-                                                " samples; this runner was built for global batches of 1..", max_batch_));
-    bool const accumulate = micro_ > 0;
-    bool const apply = micro_ + 1 == accumulation_steps;
-    samples_in_group_ += batch.size;
-    std::uint64_t const dropout_seed = mix64(seed_, std::uint64_t(micro_batches_seen_++));
-    float const loss_scale = scaler_.scale();
+    auto const micro = this->begin_micro_batch(batch.size);
     strategy::DistributedBatch const distributed(batch, num_replicas);
     auto task = [&](int r) {
       strategy::Shard const shard = distributed.shard(r);
       auto& ws = workspaces_[std::size_t(r)];
       float const* params = forward_weights();
       tallies_[std::size_t(r)] = forward_shard<backend>(*model_, ws, params, loss_, shard,
-                                                        {true, dropout_seed, shard.first_sample}, loss_scale);
-      model_->template backward<backend>(ws, params, gradients_[std::size_t(r)], shard.features, accumulate);
-      if (apply) {
+                                                        {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale);
+      model_->template backward<backend>(ws, params, gradients_[std::size_t(r)], shard.features, micro.accumulate);
+      if (micro.apply) {
         group_->barrier(r);  // every replica's gradients are complete
         update_owned_slice(r);
       }
     };
     group_->run(task);
-    if (apply) finish_step();
-    else ++micro_;
+    this->end_micro_batch(micro.apply);
     Tally total;
     for (auto const& t : tallies_) total += t;
     return total;
@@ -127,35 +109,20 @@ class StepRunner {
   // Applies the optimizer to a partial accumulation group (fewer than K micro-batches, at the
   // end of an epoch), so no sample's gradient is dropped. Does nothing when none is pending.
   void flush() {
-    if (micro_ == 0) return;
+    if (!this->group_pending()) return;
     auto task = [&](int r) { update_owned_slice(r); };
     group_->run(task);
-    finish_step();
+    this->finish_step();
   }
 
   // Continues a run restored from a checkpoint taken at a step boundary: `steps` optimizer
   // steps taken (Adam's bias correction), `micro_batches` trained (the dropout counter) and
   // the loss scale, when the checkpoint has one. Also re-reads the (restored) weights.
   void resume(std::int64_t steps, std::int64_t micro_batches, std::optional<LossScaleState> loss_scale = {}) {
-    step_ = steps;
-    micro_batches_seen_ = micro_batches;
-    micro_ = 0;
-    samples_in_group_ = 0;
-    if (loss_scale) scaler_.restore(*loss_scale);
+    this->restart(steps, micro_batches, loss_scale);
     if constexpr (mixed) refresh_compute_weights(0, Model::arena_size);
   }
 
-  [[nodiscard]] std::int64_t optimizer_steps() const { return step_; }
-  [[nodiscard]] std::int64_t micro_batches() const { return micro_batches_seen_; }
-  // True when no accumulation group is half done (what a checkpoint can capture).
-  [[nodiscard]] bool at_step_boundary() const { return micro_ == 0; }
-  // Whether the last group's update was applied (false: skipped for a non-finite gradient).
-  [[nodiscard]] bool last_step_applied() const { return applied_; }
-  // The loss scale's state, or none for a precision without one.
-  [[nodiscard]] std::optional<LossScaleState> loss_scale() const {
-    if constexpr (scaler_type::active) return scaler_.state();
-    else return std::nullopt;
-  }
   // Gradient floats reduced across replicas so far, all replicas together (each parameter
   // once per optimizer step): the communication volume, counted where it happens.
   [[nodiscard]] std::int64_t floats_reduced() const {
@@ -216,8 +183,8 @@ class StepRunner {
 
   void update_owned_slice(int r) {
     // The mean over the group's samples, and the loss scale taken back out.
-    float const scale = 1.0f / (float(samples_in_group_) * scaler_.scale());
-    optim::StepInfo const step{step_ + 1};
+    float const scale = this->gradient_scale();
+    optim::StepInfo const step{this->step_ + 1};
     float* params = model_->parameters().data();
     for (Piece const& piece : pieces_[std::size_t(r)])
       replica_tallies_[std::size_t(r)].floats_reduced += std::int64_t(piece.end - piece.begin);
@@ -240,11 +207,9 @@ class StepRunner {
       group_->barrier(r);
       double total = 0.0;
       for (auto const& share : replica_tallies_) total += share.sum_of_squares;  // replica order: one answer everywhere
-      bool const finite = std::isfinite(total);  // an inf or NaN anywhere makes the sum non-finite
-      if (r == 0) applied_ = finite || !scaler_type::active;
-      if (!finite && scaler_type::active) return;  // skipped on every replica alike
-      float const clip = options_.clip_global_norm;
-      float const factor = clip > 0.0f && finite && std::sqrt(total) > clip ? float(clip / std::sqrt(total)) : 1.0f;
+      auto const decision = this->decide(total, r);
+      if (!decision.apply) return;  // skipped on every replica alike
+      float const factor = decision.factor;
       auto gradient = [&](std::size_t begin, std::size_t count) {
         float* g = reduced_.data() + begin;
         if (factor != 1.0f)
@@ -286,23 +251,11 @@ class StepRunner {
     return (part[0] + part[1]) + (part[2] + part[3]);
   }
 
-  // After every replica updated (or skipped) its slice.
-  void finish_step() {
-    if (applied_) ++step_;
-    if constexpr (scaler_type::active) scaler_.record(applied_);
-    micro_ = 0;
-    samples_in_group_ = 0;
-  }
-
   comm::ThreadGroup* group_;
   Model* model_;
   Opt optimizer_;
   LossFn loss_;
   typename Opt::State state_;
-  std::uint64_t seed_;
-  StepOptions options_;
-  scaler_type scaler_{};
-  int max_batch_ = 0;
 
   std::vector<typename Model::template Workspace<backend, compute_type>> workspaces_;
   std::array<AlignedBuffer, num_replicas> replica_gradients_;  // [0] unused: replica 0 uses the model's
@@ -317,12 +270,6 @@ class StepRunner {
   std::array<ReplicaTally, num_replicas> replica_tallies_{};
   std::array<std::vector<optim::NormShares>, num_replicas> tensor_shares_;  // Lamb: per tensor, per replica
   AlignedBuffer compute_weights_;                          // mixed precision: the weights rounded to compute_type
-
-  int micro_ = 0;                       // micro-batches accumulated in the current group
-  std::int64_t samples_in_group_ = 0;   // samples whose gradients the current group holds
-  std::int64_t step_ = 0;               // optimizer steps applied
-  std::int64_t micro_batches_seen_ = 0;
-  bool applied_ = true;                 // whether the last group's update was applied
 };
 
 }  // namespace strata::train
