@@ -31,6 +31,13 @@ if(NOT TARGET strata::cuda)
   if(CUDAToolkit_FOUND AND TARGET CUDA::cublas AND TARGET CUDA::nvrtc)
     add_library(strata::cuda INTERFACE IMPORTED)
     target_link_libraries(strata::cuda INTERFACE strata::strata CUDA::cudart CUDA::cublas CUDA::nvrtc)
+    # NCCL, where found, lets Mirrored<N> put one replica on each of N GPUs.
+    if(STRATA_NCCL_LIBRARY AND STRATA_NCCL_INCLUDE_DIR)
+      target_include_directories(strata::cuda SYSTEM INTERFACE ${STRATA_NCCL_INCLUDE_DIR})
+      target_link_libraries(strata::cuda INTERFACE ${STRATA_NCCL_LIBRARY})
+    else()
+      set_target_properties(strata::cuda PROPERTIES INTERFACE_COMPILE_DEFINITIONS STRATA_CUDA_NCCL=0)
+    endif()
   endif()
 endif()
 # OpenBLAS behind Eigen's float and double products (EIGEN_USE_BLAS), about twice Eigen's

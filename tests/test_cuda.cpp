@@ -321,4 +321,20 @@ TEST_CASE("gpu: the Fashion-MNIST MLP reaches the CPU's accuracy; evaluate and p
   CHECK(max_relative_error(predicted, model.predict(features_of(test))) < 1e-5);
 }
 
+TEST_CASE("gpus2: Mirrored<2> with one GPU per replica over NCCL matches OneDevice and the CPU") {
+  using Config = policy::Config<Mirrored<2>, Cuda>;
+  using Probe = Sequential<Dense<4, 3>>;
+  strategy::BasicStrategy<Config> strategy;
+  Probe probe(1);
+  cuda::StepRunner<Config, Probe, Sgd, SoftmaxCrossEntropy> runner(strategy, probe, Sgd{}, SoftmaxCrossEntropy{}, 4, 0);
+  CHECK(runner.across_gpus());
+  CHECK(runner.devices() == std::vector<int>{0, 1});
+
+  GpuModel const model(24);
+  CHECK(max_difference(train_copy<OneDevice, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-4);
+  Sgd const sgd{.lr = 0.1f, .momentum = 0.9f};
+  CHECK(max_difference(train_copy<OneDevice, GradAccum<2>>(model, sgd, 2), train_copy<Mirrored<2>, Cuda, GradAccum<2>>(model, sgd, 2)) < 2e-4);
+  CHECK(max_difference(train_copy<Mirrored<2>>(model, AdamW{}, 1, 0.05f), train_copy<Mirrored<2>, Cuda>(model, AdamW{}, 1, 0.05f)) < 2e-4);
+}
+
 int main(int argc, char** argv) { return gpu_test_main(argc, argv, "Cuda backend", 540); }

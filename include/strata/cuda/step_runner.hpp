@@ -3,12 +3,16 @@
 // train::Evaluator do on the CPU, with the weights, gradients, optimizer state and
 // activations in device memory.
 //
-// Replicas: Mirrored<N> runs N logical replicas on device 0 (TensorFlow's logical devices),
-// one host thread and one stream each. Each replica uploads its shard through pinned memory
+// Replicas, one host thread and one stream each. Each uploads its shard through pinned memory
 // on its own copy stream (so one replica's upload overlaps another's compute), runs forward
-// and backward into its own gradient arena, and after the barrier reduces its owned slice of
-// the arena across the replicas, in replica order, and applies the optimizer to that slice
-// of the one shared copy of the weights: the CPU step's arithmetic, on the GPU.
+// and backward into its own gradient arena, then updates its owned slice of the weights.
+// Where they run (replica_devices):
+// - N logical replicas on device 0 (TensorFlow's logical devices), when the process sees
+//   fewer than N GPUs: one shared copy of the weights; after the barrier each replica adds
+//   its slice of every replica's gradients in replica order (the CPU step's arithmetic).
+// - One GPU per replica, when the process sees at least N (and NCCL is linked): a copy of
+//   the weights per GPU; NCCL reduce-scatters the gradients so each replica holds the sum of
+//   its slice, each updates its slice, and NCCL all-gathers the weights.
 //
 // Precision: FullPrecision multiplies in fp32 (set_gemm_precision(tf32) opts into TF32);
 // MixedPrecision (bf16) and MixedPrecisionFp16 run every GEMM on tensor cores with both
@@ -25,10 +29,21 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <vector>
 
 #include "strata/comm/buckets.hpp"
+#ifndef STRATA_CUDA_NCCL  // strata::cuda defines it 0 where CMake found no libnccl
+#if __has_include(<nccl.h>)
+#define STRATA_CUDA_NCCL 1
+#else
+#define STRATA_CUDA_NCCL 0
+#endif
+#endif
+#if STRATA_CUDA_NCCL
+#include "strata/comm/nccl_communicator.hpp"
+#endif
 #include "strata/comm/thread_group.hpp"
 #include "strata/core/random.hpp"
 #include "strata/cuda/backend.hpp"
@@ -48,6 +63,17 @@
 #include "strata/train/trainer.hpp"
 
 namespace strata::cuda {
+
+// Where replica r runs: one GPU per replica when the process sees enough GPUs and NCCL is
+// linked (strata::cuda links it where CMake finds it), else every replica on device 0.
+inline std::vector<int> replica_devices(int replicas) {
+  std::vector<int> devices(std::size_t(replicas), 0);
+#if STRATA_CUDA_NCCL
+  if (replicas > 1 && device_count() >= replicas)
+    for (int r = 0; r < replicas; ++r) devices[std::size_t(r)] = r;
+#endif
+  return devices;
+}
 
 template <class T>
 inline constexpr GemmPrecision gemm_precision_for =
@@ -88,11 +114,11 @@ struct DeviceReplica {
 };
 
 template <class Model>
-std::vector<std::unique_ptr<DeviceReplica>> make_replicas(int count, GemmPrecision precision, int max_shard,
-                                                          int target_width) {
+std::vector<std::unique_ptr<DeviceReplica>> make_replicas(std::vector<int> const& devices, GemmPrecision precision,
+                                                          int max_shard, int target_width) {
   std::vector<std::unique_ptr<DeviceReplica>> replicas;
-  for (int r = 0; r < count; ++r)
-    replicas.push_back(std::make_unique<DeviceReplica>(0, precision, max_shard, Model::input_width, target_width));
+  for (int device : devices)
+    replicas.push_back(std::make_unique<DeviceReplica>(device, precision, max_shard, Model::input_width, target_width));
   return replicas;
 }
 
@@ -116,17 +142,25 @@ class StepRunner : public train::StepProgress<Config> {
     optimizer_.validate();
     strategy::check_global_batch(global_batch_size, num_replicas);
     int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
-    replicas_ = make_replicas<Model>(num_replicas, gemm_precision_for<compute_type>, shard, target_width());
-    {
-      ContextBinding const bind(replicas_[0]->context);
-      params_ = DeviceBuffer<float>(arena, 0);
-      reduced_ = DeviceBuffer<float>(arena, 0, true);
-      state_.for_each_slot([&](char const*, AlignedBuffer&) { slots_.emplace_back(arena, 0, true); });
+    devices_ = replica_devices(num_replicas);
+    multi_ = devices_.back() != devices_.front();
+    chunk_ = multi_ ? (arena + num_replicas - 1) / num_replicas : arena;
+    padded_ = multi_ ? chunk_ * num_replicas : arena;
+    replicas_ = make_replicas<Model>(devices_, gemm_precision_for<compute_type>, shard, target_width());
+    for (int r = 0; r < (multi_ ? num_replicas : 1); ++r) {  // the weights: one copy per GPU
+      int const device = devices_[std::size_t(r)];
+      copies_.emplace_back();
+      copies_.back().params = DeviceBuffer<float>(padded_, device, true);
+      state_.for_each_slot([&](char const*, AlignedBuffer&) { copies_.back().slots.emplace_back(arena, device, true); });
+      reduced_.emplace_back(multi_ ? chunk_ : arena, device, true);
     }
+#if STRATA_CUDA_NCCL
+    if (multi_) comms_ = comm::NcclCommunicator::create_all(devices_);
+#endif
     workspaces_.reserve(num_replicas);
     for (int r = 0; r < num_replicas; ++r) {
       ContextBinding const bind(replicas_[std::size_t(r)]->context);
-      gradients_[std::size_t(r)] = DeviceBuffer<float>(arena, 0, true);
+      gradients_[std::size_t(r)] = DeviceBuffer<float>(padded_, devices_[std::size_t(r)], true);
       workspaces_.emplace_back(shard);
       replicas_[std::size_t(r)]->context.reserve(largest_gemm_factor(shard), shard);
     }
@@ -142,10 +176,11 @@ class StepRunner : public train::StepProgress<Config> {
       ContextBinding const bind(replica.context);
       strategy::Shard const shard = replica.upload(distributed.shard(r));
       auto& ws = workspaces_[std::size_t(r)];
-      tallies_[std::size_t(r)] = train::forward_shard<CudaBackend>(*model_, ws, params_.data(), loss_, shard,
+      float const* params = copy_of(r).params.data();
+      tallies_[std::size_t(r)] = train::forward_shard<CudaBackend>(*model_, ws, params, loss_, shard,
                                                                    {true, micro.dropout_seed, shard.first_sample},
                                                                    micro.loss_scale);
-      model_->template backward<CudaBackend>(ws, params_.data(), gradients_[std::size_t(r)].data(), shard.features,
+      model_->template backward<CudaBackend>(ws, params, gradients_[std::size_t(r)].data(), shard.features,
                                              micro.accumulate);
       if (micro.apply) {
         replica.context.synchronize();  // this replica's gradients are complete...
@@ -182,13 +217,21 @@ class StepRunner : public train::StepProgress<Config> {
   }
 
   // Copies the device weights and optimizer state into the model and the host state.
+  // Across GPUs every copy of the weights is whole (after the all-gather), while each GPU's
+  // optimizer state is current only on its own slice.
   void sync_to_host() {
-    auto& c = replicas_[0]->context;
-    ContextBinding const bind(c);
-    copy_to_host(model_->parameters().data(), params_.data(), arena, c.stream());
-    std::size_t i = 0;
-    state_.for_each_slot([&](char const*, AlignedBuffer& host) { copy_to_host(host.data(), slots_[i++].data(), arena, c.stream()); });
-    c.synchronize();
+    for (int r = 0; r < int(copies_.size()); ++r) {
+      auto& c = replicas_[std::size_t(r)]->context;
+      ContextBinding const bind(c);
+      comm::Slice const part = multi_ ? slice(r) : comm::Slice{0, arena};
+      if (r == 0) copy_to_host(model_->parameters().data(), copies_[0].params.data(), arena, c.stream());
+      std::size_t i = 0;
+      state_.for_each_slot([&](char const*, AlignedBuffer& host) {
+        auto const& slot = copies_[std::size_t(r)].slots[i++];
+        copy_to_host(host.data() + part.begin, slot.data() + part.begin, part.end - part.begin, c.stream());
+      });
+      c.synchronize();
+    }
   }
 
   // TF32 (or back to fp32) for a FullPrecision run's GEMMs.
@@ -203,12 +246,31 @@ class StepRunner : public train::StepProgress<Config> {
   [[nodiscard]] typename Opt::State& optimizer_state() { return state_; }
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return state_; }
   [[nodiscard]] Context& context(int replica) { return replicas_[std::size_t(replica)]->context; }
+  // The device of each replica, and whether they span several GPUs (over NCCL).
+  [[nodiscard]] std::vector<int> const& devices() const { return devices_; }
+  [[nodiscard]] bool across_gpus() const { return multi_; }
 
  private:
   struct Piece {
     std::size_t begin = 0, end = 0;
     bool decay = true;
   };
+  // The weights and optimizer state as one GPU holds them.
+  struct WeightCopy {
+    DeviceBuffer<float> params;              // the arena, padded to num_replicas equal chunks across GPUs
+    std::vector<DeviceBuffer<float>> slots;  // the optimizer's slots, arena-sized
+  };
+  WeightCopy& copy_of(int r) { return copies_[multi_ ? std::size_t(r) : 0]; }
+  // Replica r's slice of the arena: equal chunks across GPUs (what NCCL's reduce-scatter
+  // hands out), comm::owned_slice on one GPU.
+  [[nodiscard]] comm::Slice slice(int r) const {
+    if (!multi_) return comm::owned_slice(arena, num_replicas, r);
+    return {std::min(arena, std::size_t(r) * chunk_), std::min(arena, std::size_t(r + 1) * chunk_)};
+  }
+  // Where the reduced gradient of arena element `index` (in replica r's slice) is.
+  float* reduced_at(int r, std::size_t index) {
+    return multi_ ? reduced_[std::size_t(r)].data() + (index - slice(r).begin) : reduced_[0].data() + index;
+  }
 
   // Rows of a shard's targets: class indices take one, regression targets the output's width.
   static int target_width() { return std::max(1, Model::output_width); }
@@ -221,7 +283,7 @@ class StepRunner : public train::StepProgress<Config> {
   void plan_pieces() {
     auto const tensors = Model::parameter_tensors();
     for (int r = 0; r < num_replicas; ++r) {
-      comm::Slice const mine = comm::owned_slice(arena, num_replicas, r);
+      comm::Slice const mine = slice(r);
       for (auto const& t : tensors) {
         std::size_t const begin = std::max(t.offset, mine.begin);
         std::size_t const end = std::min(t.offset + nn::element_count(t.shape), mine.end);
@@ -233,49 +295,77 @@ class StepRunner : public train::StepProgress<Config> {
   }
 
   void upload_state() {
-    auto& c = replicas_[0]->context;
-    ContextBinding const bind(c);
-    copy_to_device(params_.data(), model_->parameters().data(), arena, c.stream());
-    std::size_t i = 0;
-    state_.for_each_slot([&](char const*, AlignedBuffer& host) { copy_to_device(slots_[i++].data(), host.data(), arena, c.stream()); });
-    c.synchronize();
+    for (int r = 0; r < int(copies_.size()); ++r) {
+      auto& c = replicas_[std::size_t(r)]->context;
+      ContextBinding const bind(c);
+      copy_to_device(copies_[std::size_t(r)].params.data(), model_->parameters().data(), arena, c.stream());
+      std::size_t i = 0;
+      state_.for_each_slot([&](char const*, AlignedBuffer& host) {
+        copy_to_device(copies_[std::size_t(r)].slots[i++].data(), host.data(), arena, c.stream());
+      });
+      c.synchronize();
+    }
   }
 
   void update_owned_slice(int r) {
     Context& c = replicas_[std::size_t(r)]->context;
     float const scale = this->gradient_scale();
-    comm::Slice const mine = comm::owned_slice(arena, num_replicas, r);
+    comm::Slice const mine = slice(r);
     std::int64_t const n = std::int64_t(mine.end - mine.begin);
-    if (n > 0) {
-      struct Peers {
-        float const* p[max_peers];
-      } peers{};
-      static_assert(num_replicas <= max_peers, "strata::Cuda: at most 16 logical replicas per device");
-      for (int p = 0; p < num_replicas; ++p) peers.p[p] = gradients_[std::size_t(p)].data() + mine.begin;
-      c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced_.data() + mine.begin, (long long)n, scale);
-    }
+    float* const reduced = reduced_at(r, mine.begin);
+    reduce_slice(r, c, mine, scale);
     if (r == 0) floats_reduced_ += std::int64_t(arena);
     if (this->needs_global_norm()) {
-      shares_[std::size_t(r)] = n > 0 ? c.sum_of_squares(reduced_.data() + mine.begin, std::size_t(n)) : 0.0;
+      shares_[std::size_t(r)] = n > 0 ? c.sum_of_squares(reduced, std::size_t(n)) : 0.0;
       group_->barrier(r);
       double total = 0.0;
       for (double s : shares_) total += s;  // replica order: one answer everywhere
       auto const decision = this->decide(total, r);
       if (!decision.apply) return;  // skipped on every replica alike
-      if (decision.factor != 1.0f && n > 0)
-        c.launch(Kernel::scale, n, reduced_.data() + mine.begin, (long long)n, decision.factor);
+      if (decision.factor != 1.0f && n > 0) c.launch(Kernel::scale, n, reduced, (long long)n, decision.factor);
     }
-    for (Piece const& piece : pieces_[std::size_t(r)]) apply(c, piece);
+    for (Piece const& piece : pieces_[std::size_t(r)]) apply(c, r, piece);
+#if STRATA_CUDA_NCCL
+    if (multi_) {  // every GPU's copy gets every slice
+      c.synchronize();
+      float* params = copies_[std::size_t(r)].params.data();
+      comms_[std::size_t(r)].all_gather(std::span<float const>(params + std::size_t(r) * chunk_, chunk_),
+                                        std::span<float>(params, padded_));
+    }
+#endif
+  }
+
+  // reduced_at(r, slice) = scale * the sum over replicas of their gradients' slice.
+  void reduce_slice(int r, Context& c, comm::Slice mine, float scale) {
+    std::int64_t const n = std::int64_t(mine.end - mine.begin);
+#if STRATA_CUDA_NCCL
+    if (multi_) {  // NCCL sums (in its own order) into this replica's chunk; then the scale
+      comms_[std::size_t(r)].reduce_scatter(std::span<float const>(gradients_[std::size_t(r)].data(), padded_),
+                                            std::span<float>(reduced_[std::size_t(r)].data(), chunk_),
+                                            comm::ReduceOp::sum);
+      if (n > 0) c.launch(Kernel::scale, n, reduced_[std::size_t(r)].data(), (long long)n, scale);
+      return;
+    }
+#endif
+    if (n == 0) return;
+    struct Peers {
+      float const* p[max_peers];
+    } peers{};
+    static_assert(num_replicas <= max_peers, "strata::Cuda: at most 16 logical replicas per device");
+    for (int p = 0; p < num_replicas; ++p) peers.p[p] = gradients_[std::size_t(p)].data() + mine.begin;
+    c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced_at(r, mine.begin), (long long)n, scale);
   }
 
   // The optimizer on one piece: optim/sgd.hpp and optim/adam.hpp, as kernels.
-  void apply(Context& c, Piece const& piece) {
+  void apply(Context& c, int r, Piece const& piece) {
     long long const n = (long long)(piece.end - piece.begin);
-    float* w = params_.data() + piece.begin;
-    float const* g = reduced_.data() + piece.begin;
+    WeightCopy& copy = copy_of(r);
+    float* w = copy.params.data() + piece.begin;
+    float const* g = reduced_at(r, piece.begin);
+    auto slot = [&](std::size_t i) { return copy.slots[i].data() + piece.begin; };
     optim::StepInfo const step{this->step_ + 1};
     if constexpr (std::is_same_v<Opt, optim::Sgd>) {
-      float* v = slots_.empty() ? nullptr : slots_[0].data() + piece.begin;
+      float* v = copy.slots.empty() ? nullptr : slot(0);
       c.launch(Kernel::sgd, n, w, g, v, n, optimizer_.lr * step.lr_scale, optimizer_.momentum, int(optimizer_.nesterov));
     } else {
       float decay = 0.0f;
@@ -283,8 +373,8 @@ class StepRunner : public train::StepProgress<Config> {
       float const lr = optimizer_.lr * step.lr_scale;
       float const step_size = optim::detail::adam_step_size(lr, optimizer_.beta1, optimizer_.beta2, step.t);
       float const keep = piece.decay ? 1.0f - lr * decay : 1.0f;
-      c.launch(Kernel::adam, n, w, g, slots_[0].data() + piece.begin, slots_[1].data() + piece.begin, n, optimizer_.beta1,
-               optimizer_.beta2, optimizer_.epsilon, step_size, keep);
+      c.launch(Kernel::adam, n, w, g, slot(0), slot(1), n, optimizer_.beta1, optimizer_.beta2, optimizer_.epsilon,
+               step_size, keep);
     }
   }
 
@@ -292,12 +382,18 @@ class StepRunner : public train::StepProgress<Config> {
   Model* model_;
   Opt optimizer_;
   LossFn loss_;
-  typename Opt::State state_;  // the host copy (checkpoints); the device copy is slots_
+  typename Opt::State state_;  // the host copy (checkpoints); the device copies are in copies_
 
+  std::vector<int> devices_;
+  bool multi_ = false;  // one GPU per replica
+  std::size_t chunk_ = 0, padded_ = 0;
   std::vector<std::unique_ptr<DeviceReplica>> replicas_;
   std::vector<Workspace> workspaces_;
-  DeviceBuffer<float> params_, reduced_;
-  std::vector<DeviceBuffer<float>> slots_;
+  std::vector<WeightCopy> copies_;                // one, or one per GPU
+  std::vector<DeviceBuffer<float>> reduced_;      // the reduced gradient: the arena, or each replica's chunk
+#if STRATA_CUDA_NCCL
+  std::vector<comm::NcclCommunicator> comms_;     // across GPUs
+#endif
   std::array<DeviceBuffer<float>, num_replicas> gradients_;
   std::array<train::Tally, num_replicas> tallies_{};
   std::array<double, num_replicas> shares_{};
@@ -318,8 +414,10 @@ class Evaluator {
     strategy::check_global_batch(global_batch_size, num_replicas);
     int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
     using T = typename Config::precision::compute_type;
-    replicas_ = make_replicas<Model>(num_replicas, gemm_precision_for<T>, shard, std::max(1, Model::output_width));
-    params_ = DeviceBuffer<float>(Model::arena_size, 0);
+    auto const devices = replica_devices(num_replicas);
+    replicas_ = make_replicas<Model>(devices, gemm_precision_for<T>, shard, std::max(1, Model::output_width));
+    multi_ = devices.back() != devices.front();
+    for (int r = 0; r < (multi_ ? num_replicas : 1); ++r) params_.emplace_back(Model::arena_size, devices[std::size_t(r)]);
     for (int r = 0; r < num_replicas; ++r) {
       ContextBinding const bind(replicas_[std::size_t(r)]->context);
       workspaces_.emplace_back(shard);
@@ -331,7 +429,7 @@ class Evaluator {
     std::array<train::Tally, num_replicas> tallies{};
     upload_weights();
     for_each_batch(data, [&](strategy::Shard const& shard, int r, Workspace& ws) {
-      tallies[std::size_t(r)] += train::forward_shard<CudaBackend>(*model_, ws, params_.data(), loss, shard, {});
+      tallies[std::size_t(r)] += train::forward_shard<CudaBackend>(*model_, ws, params(r), loss, shard, {});
     });
     return train::summarize<LossFn>(tallies);
   }
@@ -343,7 +441,7 @@ class Evaluator {
     for_each_batch(
         data,
         [&](strategy::Shard const& shard, int r, Workspace& ws) {
-          model_->template forward<CudaBackend>(ws, params_.data(), shard.features, {});
+          model_->template forward<CudaBackend>(ws, params(r), shard.features, {});
           auto& c = replicas_[std::size_t(r)]->context;
           copy_to_host(out.data() + (batch_start + shard.first_sample) * Model::output_width, ws.output().data,
                        ws.output().size(), c.stream());
@@ -354,11 +452,15 @@ class Evaluator {
   }
 
  private:
+  float const* params(int r) const { return params_[multi_ ? std::size_t(r) : 0].data(); }
+
   void upload_weights() {
-    auto& c = replicas_[0]->context;
-    ContextBinding const bind(c);
-    copy_to_device(params_.data(), model_->parameters().data(), Model::arena_size, c.stream());
-    c.synchronize();
+    for (std::size_t r = 0; r < params_.size(); ++r) {
+      auto& c = replicas_[r]->context;
+      ContextBinding const bind(c);
+      copy_to_device(params_[r].data(), model_->parameters().data(), Model::arena_size, c.stream());
+      c.synchronize();
+    }
   }
 
   template <class Fn>
@@ -379,7 +481,8 @@ class Evaluator {
   int batch_size_;
   std::vector<std::unique_ptr<DeviceReplica>> replicas_;
   std::vector<Workspace> workspaces_;
-  DeviceBuffer<float> params_;
+  std::vector<DeviceBuffer<float>> params_;  // the weights: one copy, or one per GPU
+  bool multi_ = false;
 };
 
 }  // namespace strata::cuda
