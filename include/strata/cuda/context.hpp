@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/core/tensor.hpp"
@@ -127,11 +128,7 @@ class Context {
       else if (beta != 1.0f) launch(Kernel::scale, x.rows, out, (long long)x.rows, beta);
       return;
     }
-    if (ones_.size() < std::size_t(x.cols)) {
-      std::vector<float> const host(std::size_t(x.cols), 1.0f);
-      ones_ = DeviceBuffer<float>(host.size(), device_);
-      check(cudaMemcpy(ones_.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-    }
+    ensure_ones(x.cols);
     float const one = 1.0f;
     check(cublasSgemv(cublas_, CUBLAS_OP_N, x.rows, x.cols, &one, x.data, x.rows, ones_.data(), 1, &beta, out, 1),
           "cublasSgemv");
@@ -173,16 +170,25 @@ class Context {
   }
 
   // Reserves the growable scratch for GEMMs of up to `floats` elements per factor and
-  // batches of `samples`, so that no step allocates.
+  // batches of `samples`, so that no step allocates (the trainer calls it up front).
   void reserve(std::size_t floats, int samples) {
     if (precision_ == GemmPrecision::bf16 || precision_ == GemmPrecision::fp16) {
       ensure(half_a_, floats);
       ensure(half_b_, floats);
     }
     per_sample(samples);
+    ensure_ones(samples);
   }
 
  private:
+  void ensure_ones(int n) {
+    if (ones_.size() >= std::size_t(n)) return;
+    synchronize();
+    std::vector<float> const host(std::size_t(n), 1.0f);
+    ones_ = DeviceBuffer<float>(host.size(), device_);
+    check(cudaMemcpy(ones_.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+
   template <class T>
   void ensure(DeviceBuffer<T>& buffer, std::size_t n) {
     if (buffer.size() < n) {

@@ -113,12 +113,24 @@ struct DeviceReplica {
   PinnedBuffer<float> staging;
 };
 
+// Floats of the largest GEMM factor a shard of `shard` samples meets: a layer's weights
+// (at most the arena) or a layer's activations. The 16-bit GEMM scratch is sized by it.
+template <class Model>
+std::size_t largest_gemm_factor(int shard) {
+  std::size_t widest = std::size_t(Model::input_width);
+  for (int w : Model::widths) widest = std::max(widest, std::size_t(w));
+  return std::max(Model::arena_size, widest * std::size_t(std::max(shard, 1)));
+}
+
+// One replica per device of `devices`, its scratch reserved so that no step allocates.
 template <class Model>
 std::vector<std::unique_ptr<DeviceReplica>> make_replicas(std::vector<int> const& devices, GemmPrecision precision,
                                                           int max_shard, int target_width) {
   std::vector<std::unique_ptr<DeviceReplica>> replicas;
-  for (int device : devices)
+  for (int device : devices) {
     replicas.push_back(std::make_unique<DeviceReplica>(device, precision, max_shard, Model::input_width, target_width));
+    replicas.back()->context.reserve(largest_gemm_factor<Model>(max_shard), max_shard);
+  }
   return replicas;
 }
 
@@ -162,7 +174,6 @@ class StepRunner : public train::StepProgress<Config> {
       ContextBinding const bind(replicas_[std::size_t(r)]->context);
       gradients_[std::size_t(r)] = DeviceBuffer<float>(padded_, devices_[std::size_t(r)], true);
       workspaces_.emplace_back(shard);
-      replicas_[std::size_t(r)]->context.reserve(largest_gemm_factor(shard), shard);
     }
     plan_pieces();
     upload_state();
@@ -238,7 +249,7 @@ class StepRunner : public train::StepProgress<Config> {
   void set_gemm_precision(GemmPrecision p) {
     for (auto& r : replicas_) r->context.set_precision(p);
     int const shard = workspaces_[0].max_batch();
-    for (auto& r : replicas_) r->context.reserve(largest_gemm_factor(shard), shard);
+    for (auto& r : replicas_) r->context.reserve(largest_gemm_factor<Model>(shard), shard);
   }
 
   [[nodiscard]] std::int64_t floats_reduced() const { return floats_reduced_; }
@@ -274,11 +285,6 @@ class StepRunner : public train::StepProgress<Config> {
 
   // Rows of a shard's targets: class indices take one, regression targets the output's width.
   static int target_width() { return std::max(1, Model::output_width); }
-  static std::size_t largest_gemm_factor(int shard) {
-    std::size_t widest = std::size_t(Model::input_width);
-    for (int w : Model::widths) widest = std::max(widest, std::size_t(w));
-    return std::max(arena, widest * std::size_t(std::max(shard, 1)));
-  }
 
   void plan_pieces() {
     auto const tensors = Model::parameter_tensors();
