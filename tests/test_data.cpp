@@ -1,7 +1,9 @@
 // Readers (IDX, CSV) on real and damaged files; shuffling, batching and prefetching.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 #include <string>
 
 #include <zlib.h>
@@ -193,6 +195,36 @@ TEST_CASE("prefetching on a background thread yields exactly the batches of the 
   // Abandoning a prefetching stream part-way stops its thread cleanly.
   auto early = data.batch(8).prefetch(3).stream(0);
   CHECK(early->next() != nullptr);
+}
+
+TEST_CASE("a stream that holds two batches keeps the previous one intact while the next is gathered") {
+  // The Trainer looks one batch ahead (a device copies it during this step's compute): batch
+  // k must still hold its samples after next() returned batch k+1, with or without a
+  // prefetching thread racing to refill slots, shuffled or in place, from a resumed position.
+  for (bool shuffled : {false, true})
+    for (int depth : {0, 1, 3})
+      for (std::int64_t first : {0, 5}) {
+        auto const data = shuffled ? numbered(203).shuffle(9) : numbered(203);
+        auto plain = data.batch(16).stream(2, first);
+        std::vector<std::vector<float>> expected;
+        while (auto const* b = plain->next()) expected.push_back(column_ids(*b));
+        auto held = data.batch(16).prefetch(depth).stream(2, first, 2);
+        data::Batch const* previous = held->next();
+        std::vector<float> previous_ids = column_ids(*previous);
+        std::size_t k = 0;
+        while (auto const* b = held->next()) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));  // let the producer run ahead
+          CHECK(column_ids(*previous) == previous_ids);  // still intact after the next batch arrived
+          CHECK(previous_ids == expected[k]);
+          CHECK(previous->index == first + std::int64_t(k));
+          previous = b;
+          previous_ids = column_ids(*b);
+          ++k;
+        }
+        CHECK(previous_ids == expected.back());
+        CHECK(k + 1 == expected.size());
+      }
+  CHECK_THROWS_WITH_AS(numbered(10).batch(2).stream(0, 0, 3), doctest::Contains("held 3 must be 1 or 2"), ConfigError);
 }
 
 TEST_CASE("take, skip and the dataset checks") {

@@ -2,8 +2,10 @@
 """PyTorch eager on benchmarks/gpu_mlp.cpp's wide MLP, for the side-by-side in docs/gpu.md.
 
 Same model (1024-8192-8192-8192-10, ReLU), same batch (8192), same optimizer (SGD, momentum
-0.9), same per-step work as strata's Step case: the host batch goes to the GPU through
-pinned memory, then forward, cross-entropy, backward, update, and the loss is read back.
+0.9), same per-step work as strata's Step case: a host batch goes to the GPU, then forward,
+cross-entropy, backward, update, and the loss is read back. PyTorch eager's usual loop copies
+the batch (already pinned) at the start of its step; strata's fit copies the next batch into
+pinned memory and to the GPU during the step.
 Prints one JSON object: the median step time and samples/s per precision.
 
     python3 benchmarks/gpu/torch_mlp.py [--steps 30] [--precisions fp32,tf32,bf16]

@@ -8,6 +8,7 @@
 // predictions) wait for the stream; everything else only enqueues.
 
 #include <cstdint>
+#include <utility>
 
 #include "strata/core/backend.hpp"
 #include "strata/core/dtype.hpp"
@@ -73,29 +74,30 @@ struct CudaBackend {
     if (logits.cols == 0) return 0.0;
     auto& c = ctx();
     double* losses = c.per_sample(logits.cols);
-    c.reset_flags();
+    bool const deferred = c.deferred().on;
+    if (!deferred) c.reset_flags();
     c.launch(cuda::Kernel::softmax_cross_entropy, logits.cols, logits.data, labels.data, dlogits.data, losses,
              &c.device_flags()->bad, logits.rows, logits.cols, grad_scale);
     c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(losses), logits.cols,
                     &c.device_flags()->value);
-    auto const flags = c.read_flags();  // one wait for the sum and the first bad label
-    int const bad = flags.bad;
-    if (bad < logits.cols) {
-      float value = 0.0f;
-      cuda::copy_to_host(&value, labels.data + bad, 1, c.stream());
-      c.synchronize();
-      CpuBackend::checked_label(value, logits.rows, bad);  // throws the CPU backend's message
+    if (deferred) {
+      c.deferred().labels = labels.data;
+      c.deferred().classes = logits.rows;
+      return 0.0;
     }
+    auto const flags = c.read_flags();  // one wait for the sum and the first bad label
+    check_label(c, flags.bad, labels.data, logits.rows);
     return flags.value;
   }
 
   static std::int64_t count_correct(ConstMatrixView logits, ConstMatrixView labels) {
     if (logits.cols == 0) return 0;
     auto& c = ctx();
-    c.reset_flags();
+    bool const deferred = c.deferred().on;
+    if (!deferred) c.reset_flags();
     c.launch(cuda::Kernel::count_correct, logits.cols, logits.data, labels.data, &c.device_flags()->count, logits.rows,
              logits.cols);
-    return std::int64_t(c.read_flags().count);
+    return deferred ? 0 : std::int64_t(c.read_flags().count);
   }
 
   static double mean_squared_error(ConstMatrixView prediction, ConstMatrixView target, MatrixView dprediction,
@@ -106,7 +108,33 @@ struct CudaBackend {
     float const inverse_width = 1.0f / float(prediction.rows);
     c.launch(cuda::Kernel::squared_error, prediction.cols, prediction.data, target.data, dprediction.data, sums,
              prediction.rows, prediction.cols, 2.0f * inverse_width * grad_scale);
+    if (c.deferred().on) {
+      c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(sums), prediction.cols,
+                      &c.device_flags()->value);
+      c.deferred().loss_factor = double(inverse_width);
+      return 0.0;
+    }
     return c.sum(sums, prediction.cols) * double(inverse_width);
+  }
+
+  // Deferred sums on the bound context (cuda::Context::Deferred): defer_sums() opens the
+  // window; collect_sums() waits once, closes it and returns the loss sum and the count of
+  // correct predictions, or throws the CPU backend's message for a bad label.
+  struct Sums {
+    double loss = 0.0;
+    std::int64_t correct = 0;
+  };
+  static void defer_sums() {
+    auto& c = ctx();
+    c.reset_flags();
+    c.deferred() = {.on = true};
+  }
+  static Sums collect_sums() {
+    auto& c = ctx();
+    auto const deferred = std::exchange(c.deferred(), {});
+    auto const flags = c.read_flags();
+    if (deferred.labels) check_label(c, flags.bad, deferred.labels, deferred.classes);
+    return {flags.value * deferred.loss_factor, std::int64_t(flags.count)};
   }
 
   // x[i] = float(T(x[i])) on the device: what mixed precision does to activations.
@@ -118,6 +146,14 @@ struct CudaBackend {
 
  private:
   static cuda::Context& ctx() { return cuda::current_context(); }
+  // `bad`: the first sample whose label is not a class index, or more than any sample.
+  static void check_label(cuda::Context& c, int bad, float const* labels, int classes) {
+    if (bad == cuda::Context::Flags::no_bad_sample) return;
+    float value = 0.0f;
+    cuda::copy_to_host(&value, labels + bad, 1, c.stream());
+    c.synchronize();
+    CpuBackend::checked_label(value, classes, bad);  // throws the CPU backend's message
+  }
   static long long count(std::size_t n) { return static_cast<long long>(n); }
   template <class... Args>
   static void elementwise(cuda::Kernel k, std::size_t n, Args... args) {

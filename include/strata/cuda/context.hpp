@@ -156,10 +156,11 @@ class Context {
   struct Flags {
     double value = 0.0;
     unsigned long long count = 0;
-    int bad = 0;
+    int bad = 0;  // the first bad sample, or no_bad_sample
+    static constexpr int no_bad_sample = 0x7f7f7f7f;  // what reset_flags() leaves: more than any sample index
   };
   Flags* device_flags() { return flags_.data(); }
-  void reset_flags() {  // bad = 0x7f7f7f7f (more than any sample index), count = 0
+  void reset_flags() {  // bad = no_bad_sample (0x7f in every byte), value = count = 0
     check(cudaMemsetAsync(flags_.data(), 0, sizeof(Flags), stream()), "cudaMemsetAsync");
     check(cudaMemsetAsync(&flags_.data()->bad, 0x7f, sizeof(int), stream()), "cudaMemsetAsync");
   }
@@ -168,6 +169,18 @@ class Context {
     synchronize();
     return *readback_.data();
   }
+
+  // Deferred sums (the training step): while on, the loss and the metric leave their sums in
+  // device_flags() and return 0, so the step enqueues its backward pass and the next batch's
+  // upload before the host waits, once, for them (CudaBackend::collect_sums). One loss and
+  // one metric call per window.
+  struct Deferred {
+    bool on = false;
+    double loss_factor = 1.0;       // what the flagged loss sum is multiplied by (1/width for MSE)
+    float const* labels = nullptr;  // class labels the flagged first bad sample indexes
+    int classes = 0;
+  };
+  [[nodiscard]] Deferred& deferred() { return deferred_; }
 
   // Reserves the growable scratch for GEMMs of up to `floats` elements per factor and
   // batches of `samples`, so that no step allocates (the trainer calls it up front).
@@ -210,6 +223,7 @@ class Context {
   DeviceBuffer<double> partials_;
   DeviceBuffer<Flags> flags_;
   PinnedBuffer<Flags> readback_;
+  Deferred deferred_;
 };
 
 namespace detail {

@@ -83,34 +83,64 @@ template <class Opt>
 inline constexpr bool has_device_update =
     std::is_same_v<Opt, optim::Sgd> || std::is_same_v<Opt, optim::Adam> || std::is_same_v<Opt, optim::AdamW>;
 
-// One replica's device resources: its context, its copy stream, the shard it trains on.
-struct DeviceReplica {
+// One replica's device resources: its context, its copy stream, and two upload slots, so
+// that the next batch's shard is copied while this one's is trained on.
+class DeviceReplica {
+ public:
   DeviceReplica(int device, GemmPrecision precision, int max_shard, int input_width, int target_width)
-      : context(device, precision), copy_stream(device), uploaded(device),
-        features(std::size_t(max_shard) * std::size_t(input_width), device),
-        targets(std::size_t(max_shard) * std::size_t(target_width), device),
-        staging(std::size_t(max_shard) * std::size_t(input_width + target_width)) {}
+      : context(device, precision), copy_stream(device) {
+    for (Slot& s : slots_) {
+      s.features = DeviceBuffer<float>(std::size_t(max_shard) * std::size_t(input_width), device);
+      s.targets = DeviceBuffer<float>(std::size_t(max_shard) * std::size_t(target_width), device);
+      s.staging = PinnedBuffer<float>(std::size_t(max_shard) * std::size_t(input_width + target_width));
+      s.uploaded = Event(device);
+      s.consumed = Event(device);
+    }
+  }
 
-  // Copies the shard to the device (through pinned memory, on the copy stream); the
-  // context's stream waits for it. Returns the shard with device views.
-  strategy::Shard upload(strategy::Shard shard) {
+  // Starts copying `shard` into the other slot: through pinned memory, on the copy stream,
+  // once the compute that last read that slot is done. take() hands it out.
+  void stage(strategy::Shard const& shard) {
+    Slot& s = slots_[next_];
+    next_ ^= 1;
     std::size_t const nf = shard.features.size(), nt = shard.targets.size();
-    if (nf) std::copy_n(shard.features.data, nf, staging.data());
-    if (nt) std::copy_n(shard.targets.data, nt, staging.data() + nf);
-    copy_to_device(features.data(), staging.data(), nf, copy_stream.get());
-    copy_to_device(targets.data(), staging.data() + nf, nt, copy_stream.get());
-    uploaded.record(copy_stream.get());
-    uploaded.make_wait(context.stream());
-    shard.features = {features.data(), shard.features.rows, shard.features.cols};
-    shard.targets = {targets.data(), shard.targets.rows, shard.targets.cols};
-    return shard;
+    s.uploaded.synchronize();  // the slot's previous copy has left its staging buffer
+    if (nf) std::copy_n(shard.features.data, nf, s.staging.data());
+    if (nt) std::copy_n(shard.targets.data, nt, s.staging.data() + nf);
+    s.consumed.make_wait(copy_stream.get());
+    copy_to_device(s.features.data(), s.staging.data(), nf, copy_stream.get());
+    copy_to_device(s.targets.data(), s.staging.data() + nf, nt, copy_stream.get());
+    s.uploaded.record(copy_stream.get());
+    s.shard = shard;
+    s.shard.features = {s.features.data(), shard.features.rows, shard.features.cols};
+    s.shard.targets = {s.targets.data(), shard.targets.rows, shard.targets.cols};
+  }
+  // The last staged shard, with device views; the context's stream waits for its copy.
+  strategy::Shard take() {
+    Slot& s = slots_[next_ ^ 1];
+    s.uploaded.make_wait(context.stream());
+    return s.shard;
+  }
+  // After the context's stream has enqueued the last work that reads the taken shard.
+  void release() { slots_[next_ ^ 1].consumed.record(context.stream()); }
+  // stage() then take(): the shard copied now.
+  strategy::Shard upload(strategy::Shard const& shard) {
+    stage(shard);
+    return take();
   }
 
   Context context;
   Stream copy_stream;
-  Event uploaded;
-  DeviceBuffer<float> features, targets;
-  PinnedBuffer<float> staging;
+
+ private:
+  struct Slot {
+    DeviceBuffer<float> features, targets;
+    PinnedBuffer<float> staging;
+    Event uploaded, consumed;
+    strategy::Shard shard{};
+  };
+  std::array<Slot, 2> slots_;
+  int next_ = 0;  // the slot stage() fills next
 };
 
 // Floats of the largest GEMM factor a shard of `shard` samples meets: a layer's weights
@@ -179,28 +209,45 @@ class StepRunner : public train::StepProgress<Config> {
     upload_state();
   }
 
-  train::Tally train_on_batch(data::Batch const& batch) {
+  // One micro-batch. `next`, where given, is the batch of the next call (unchanged until
+  // then): its shards are copied to the device while this batch's backward pass runs, and the
+  // next call starts computing at once. The Trainer passes it.
+  train::Tally train_on_batch(data::Batch const& batch, data::Batch const* next = nullptr) {
     auto const micro = this->begin_micro_batch(batch.size);
     strategy::DistributedBatch const distributed(batch, num_replicas);
+    std::optional<strategy::DistributedBatch> ahead;
+    if (next) ahead.emplace(*next, num_replicas);
+    bool const staged = staged_ == key_of(&batch);
+    staged_ = key_of(next);
     auto task = [&](int r) {
       auto& replica = *replicas_[std::size_t(r)];
       ContextBinding const bind(replica.context);
-      strategy::Shard const shard = replica.upload(distributed.shard(r));
+      strategy::Shard const shard = staged ? replica.take() : replica.upload(distributed.shard(r));
       auto& ws = workspaces_[std::size_t(r)];
       float const* params = copy_of(r).params.data();
-      tallies_[std::size_t(r)] = train::forward_shard<CudaBackend>(*model_, ws, params, loss_, shard,
-                                                                   {true, micro.dropout_seed, shard.first_sample},
-                                                                   micro.loss_scale);
+      CudaBackend::defer_sums();  // the loss is read once, after backward and the next upload are enqueued
+      auto& tally = tallies_[std::size_t(r)];
+      tally = train::forward_shard<CudaBackend>(*model_, ws, params, loss_, shard,
+                                                {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale);
       model_->template backward<CudaBackend>(ws, params, gradients_[std::size_t(r)].data(), shard.features,
                                              micro.accumulate);
+      replica.release();
+      if (ahead) replica.stage(ahead->shard(r));
+      auto const sums = CudaBackend::collect_sums();  // waits for backward; throws for a bad label
+      tally.loss_sum = sums.loss;
+      tally.correct = sums.correct;
       if (micro.apply) {
-        replica.context.synchronize();  // this replica's gradients are complete...
-        group_->barrier(r);             // ...and every other replica's
+        group_->barrier(r);  // every replica's gradients are complete
         update_owned_slice(r);
         replica.context.synchronize();  // the weights are updated before anyone's next forward
       }
     };
-    group_->run(task);
+    try {
+      group_->run(task);
+    } catch (...) {
+      staged_ = {};  // a failed step leaves nothing staged
+      throw;
+    }
     this->end_micro_batch(micro.apply);
     train::Tally total;
     for (auto const& t : tallies_) total += t;
@@ -281,6 +328,18 @@ class StepRunner : public train::StepProgress<Config> {
   // Where the reduced gradient of arena element `index` (in replica r's slice) is.
   float* reduced_at(int r, std::size_t index) {
     return multi_ ? reduced_[std::size_t(r)].data() + (index - slice(r).begin) : reduced_[0].data() + index;
+  }
+
+  // What identifies the batch whose shards are staged: where its data is, its size and index.
+  struct BatchKey {
+    float const* features = nullptr;
+    float const* targets = nullptr;
+    int size = 0;
+    std::int64_t index = -1;
+    bool operator==(BatchKey const&) const = default;
+  };
+  static BatchKey key_of(data::Batch const* b) {
+    return b ? BatchKey{b->features.data, b->targets.data, b->size, b->index} : BatchKey{};
   }
 
   // Rows of a shard's targets: class indices take one, regression targets the output's width.
@@ -405,6 +464,7 @@ class StepRunner : public train::StepProgress<Config> {
   std::array<double, num_replicas> shares_{};
   std::array<std::vector<Piece>, num_replicas> pieces_;
   std::int64_t floats_reduced_ = 0;
+  BatchKey staged_{};  // the batch whose shards the replicas staged for the next call
 };
 
 // Evaluation and prediction on the device, each replica on its shard of every batch. Sends
@@ -478,6 +538,7 @@ class Evaluator {
           auto& replica = *replicas_[std::size_t(r)];
           ContextBinding const bind(replica.context);
           fn(replica.upload(shard), r, workspaces_[std::size_t(r)]);
+          replica.release();
         },
         batch_start);
   }

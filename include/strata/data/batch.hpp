@@ -3,9 +3,12 @@
 //
 // A BatchStream walks one epoch of a BatchedDataset. Unshuffled batches are views of the
 // dataset's storage (no copy); shuffled batches are gathered into buffers allocated once.
-// With prefetch(depth), a background thread gathers up to `depth` batches ahead.
+// With prefetch(depth), a background thread gathers up to `depth` batches ahead. A consumer
+// that looks one batch ahead (the Trainer, so a device can copy the next batch while it
+// computes this one) holds two batches at once.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -48,15 +51,19 @@ inline std::vector<std::uint32_t> epoch_order(std::size_t n, std::optional<std::
 class BatchStream {
  public:
   // Starts at batch `first` of the epoch (a resumed run skips what it already trained).
-  BatchStream(Dataset data, int batch_size, int prefetch_depth, std::int64_t epoch, std::int64_t first = 0)
+  // `held`: how many of the latest batches stay valid at once (1, or 2 to look one ahead).
+  BatchStream(Dataset data, int batch_size, int prefetch_depth, std::int64_t epoch, std::int64_t first = 0,
+              int held = 1)
       : data_(std::move(data)), batch_size_(batch_size), order_(epoch_order(data_.size(), data_.shuffle_seed(), epoch)),
         batches_((std::int64_t(data_.size()) + batch_size - 1) / batch_size), gather_(data_.shuffle_seed().has_value()),
-        first_(first), consumed_(first), produced_(first), released_(first) {
+        first_(first), held_(held), consumed_(first), produced_(first), released_(first) {
     if (first < 0 || first > batches_)
       throw ConfigError(strata::detail::message("batch stream: first batch ", first, " is outside the epoch's 0..",
                                                 batches_, " batches"));
+    if (held < 1 || held > max_held)
+      throw ConfigError(strata::detail::message("batch stream: held ", held, " must be 1 or 2 (batches valid at once)"));
     if (!gather_) return;
-    slots_.resize(std::size_t(prefetch_depth) + 1);
+    slots_.resize(std::size_t(prefetch_depth) + std::size_t(held));
     for (auto& slot : slots_) {
       slot.features.resize(data_.feature_width(), batch_size);
       slot.targets.resize(data_.target_width(), batch_size);
@@ -78,27 +85,29 @@ class BatchStream {
 
   [[nodiscard]] std::int64_t batches() const { return batches_; }
 
-  // The next batch, or nullptr at the end of the epoch. The batch stays valid until the next call.
+  // The next batch, or nullptr at the end of the epoch. The batch stays valid until `held`
+  // more calls.
   Batch const* next() {
     if (consumed_ == batches_) return nullptr;
     std::int64_t const index = consumed_++;
+    Batch& current = current_[std::size_t(index % held_)];
     if (!gather_) {
       int const first = int(index * batch_size_);
       int const size = std::min<int>(batch_size_, int(data_.size()) - first);
-      current_ = {data_.features().columns(first, size), data_.targets().columns(first, size), size, index};
-      return &current_;
+      current = {data_.features().columns(first, size), data_.targets().columns(first, size), size, index};
+      return &current;
     }
     Slot& slot = slots_[std::size_t(index) % slots_.size()];
     if (!producer_.joinable()) {
       fill(slot, index);
     } else {
       std::unique_lock lock(mutex_);
-      if (index > first_) ++released_;  // the previous batch's slot may be refilled now
+      if (index - held_ >= first_) ++released_;  // the slot of the batch `held` calls back may be refilled now
       changed_.notify_all();
       changed_.wait(lock, [&] { return produced_ > index; });
     }
-    current_ = {view(slot.features).columns(0, slot.size), view(slot.targets).columns(0, slot.size), slot.size, index};
-    return &current_;
+    current = {view(slot.features).columns(0, slot.size), view(slot.targets).columns(0, slot.size), slot.size, index};
+    return &current;
   }
 
  private:
@@ -120,7 +129,7 @@ class BatchStream {
     slot.size = size;
   }
 
-  // Keeps `slots - 1` batches ahead of the consumer, who holds the remaining slot.
+  // Keeps `slots - held` batches ahead of the consumer, who holds the remaining `held` slots.
   void produce() {
     for (std::int64_t index = first_; index < batches_; ++index) {
       {
@@ -143,9 +152,11 @@ class BatchStream {
   std::int64_t batches_;
   bool gather_;
   std::int64_t first_;
+  static constexpr int max_held = 2;
+  int held_;
   std::vector<Slot> slots_;
   std::int64_t consumed_;
-  Batch current_;
+  std::array<Batch, max_held> current_{};
 
   std::thread producer_;
   std::mutex mutex_;
@@ -177,9 +188,10 @@ class BatchedDataset {
     return (std::int64_t(data_.size()) + batch_size_ - 1) / batch_size_;
   }
 
-  // The batches of epoch `epoch` (the shuffle order depends on it), from batch `first` on.
-  [[nodiscard]] std::unique_ptr<BatchStream> stream(std::int64_t epoch, std::int64_t first = 0) const {
-    return std::make_unique<BatchStream>(data_, batch_size_, prefetch_depth_, epoch, first);
+  // The batches of epoch `epoch` (the shuffle order depends on it), from batch `first` on;
+  // `held` of them valid at once (BatchStream).
+  [[nodiscard]] std::unique_ptr<BatchStream> stream(std::int64_t epoch, std::int64_t first = 0, int held = 1) const {
+    return std::make_unique<BatchStream>(data_, batch_size_, prefetch_depth_, epoch, first, held);
   }
 
   // Range-for support; each loop over the same BatchedDataset is a new epoch (0, 1, 2, ...).

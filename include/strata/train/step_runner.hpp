@@ -83,8 +83,9 @@ class StepRunner : public StepProgress<Config> {
   }
 
   // One global batch (one micro-batch under GradAccum<K>). Returns the summed loss and
-  // correct counts over its samples. The optimizer runs after every K-th batch.
-  Tally train_on_batch(data::Batch const& batch) {
+  // correct counts over its samples. The optimizer runs after every K-th batch. `next` (the
+  // next call's batch) is what a device runner copies ahead; the CPU reads batches in place.
+  Tally train_on_batch(data::Batch const& batch, data::Batch const* /*next*/ = nullptr) {
     auto const micro = this->begin_micro_batch(batch.size);
     strategy::DistributedBatch const distributed(batch, num_replicas);
     auto task = [&](int r) {

@@ -108,13 +108,16 @@ class BasicTrainer {
       bool const resumed = epoch == start.epoch;
       hooks.epoch_begin(epoch, callbacks...);
       auto const started = std::chrono::steady_clock::now();
-      auto stream = batches.stream(epoch, resumed ? start.batch : 0);
+      // Two batches held at once: the runner is handed the next one too (a device copies it
+      // while this one computes).
+      auto stream = batches.stream(epoch, resumed ? start.batch : 0, 2);
       Tally epoch_tally;
       if (resumed) epoch_tally = {start.epoch_loss_sum, start.epoch_correct, start.epoch_samples};
       BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream->batches(), 0.0, std::nullopt, 0.0};
       report<LossFn>(epoch_tally, logs);
-      while (data::Batch const* batch = stream->next()) {
-        epoch_tally += runner.train_on_batch(*batch);
+      for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
+        next = stream->next();
+        epoch_tally += runner.train_on_batch(*batch, next);
         logs.step = batch->index + 1;
         report<LossFn>(epoch_tally, logs);
         logs.seconds = seconds_since(started);
