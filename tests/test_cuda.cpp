@@ -333,6 +333,21 @@ TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as 
   runner.train_on_batch(batches[0], &bad);
   CHECK_THROWS_WITH_AS(runner.train_on_batch(bad), doctest::Contains("label 7 of sample 5"), DataError);
   CHECK(runner.optimizer_steps() == 1);
+
+  // Evaluation copies ahead too (batches of 48: three full, the last of 48 again of 192).
+  Trainer<Mirrored<2>, Cuda> gpu;
+  Trainer<Mirrored<2>> cpu;
+  auto const on_gpu = gpu.evaluate(model, SoftmaxCrossEntropy{}, data, 48);
+  auto const on_cpu = cpu.evaluate(model, SoftmaxCrossEntropy{}, data, 48);
+  CHECK(on_gpu.samples == 192);
+  CHECK(on_gpu.loss == doctest::Approx(on_cpu.loss).epsilon(1e-5));
+  CHECK(*on_gpu.accuracy == *on_cpu.accuracy);
+  Matrix all_labels = strata::detail::eigen(data.targets());
+  all_labels(0, 150) = 9.0f;
+  data::Dataset const mislabelled(features_of(data), all_labels);
+  cuda::Evaluator<Config, GpuModel> evaluator(gpu.strategy(), model, 48);  // past Trainer's up-front check
+  CHECK_THROWS_WITH_AS(evaluator.evaluate(SoftmaxCrossEntropy{}, mislabelled), doctest::Contains("label 9 of sample"),
+                       DataError);
 }
 
 TEST_CASE("gpu: mixed precision on tensor cores stays within 16-bit tolerance of the CPU") {

@@ -494,9 +494,17 @@ class Evaluator {
   train::Evaluation evaluate(LossFn const& loss, data::Dataset const& data) {
     std::array<train::Tally, num_replicas> tallies{};
     upload_weights();
-    for_each_batch(data, [&](strategy::Shard const& shard, int r, Workspace& ws) {
-      tallies[std::size_t(r)] += train::forward_shard<CudaBackend>(*model_, ws, params(r), loss, shard, {});
-    });
+    for_each_batch(
+        data,
+        [&](strategy::Shard const& shard, int r, Workspace& ws) {
+          CudaBackend::defer_sums();  // forward_shard counts the samples; the sums come in finish
+          tallies[std::size_t(r)] += train::forward_shard<CudaBackend>(*model_, ws, params(r), loss, shard, {});
+        },
+        [&](strategy::Shard const&, int r, Workspace&) {
+          auto const sums = CudaBackend::collect_sums();  // throws for a bad label
+          tallies[std::size_t(r)].loss_sum += sums.loss;
+          tallies[std::size_t(r)].correct += sums.correct;
+        });
     return train::summarize<LossFn>(tallies);
   }
 
@@ -508,6 +516,8 @@ class Evaluator {
         data,
         [&](strategy::Shard const& shard, int r, Workspace& ws) {
           model_->template forward<CudaBackend>(ws, params(r), shard.features, {});
+        },
+        [&](strategy::Shard const& shard, int r, Workspace& ws) {  // into pageable memory: a waiting copy
           auto& c = replicas_[std::size_t(r)]->context;
           copy_to_host(out.data() + (batch_start + shard.first_sample) * Model::output_width, ws.output().data,
                        ws.output().size(), c.stream());
@@ -529,16 +539,26 @@ class Evaluator {
     }
   }
 
-  template <class Fn>
-  void for_each_batch(data::Dataset const& data, Fn&& fn, std::int64_t* batch_start = nullptr) {
+  // Every replica, every batch of `data`: enqueue(shard, replica, workspace) puts the work on
+  // the replica's stream; the replica then copies its shard of the next batch ahead (as the
+  // training step does); finish(shard, replica, workspace) waits for the results.
+  template <class Enqueue, class Finish>
+  void for_each_batch(data::Dataset const& data, Enqueue&& enqueue, Finish&& finish,
+                      std::int64_t* batch_start = nullptr) {
     Model::check_input_width(data.feature_width());
+    std::array<bool, num_replicas> staged{};  // the replica's shard of this batch was copied ahead
     train::for_each_shard(
         *group_, data, batch_size_, num_replicas,
-        [&](strategy::Shard const& shard, int r) {
+        [&](strategy::Shard const& shard, strategy::Shard const* next, int r) {
           auto& replica = *replicas_[std::size_t(r)];
           ContextBinding const bind(replica.context);
-          fn(replica.upload(shard), r, workspaces_[std::size_t(r)]);
+          Workspace& ws = workspaces_[std::size_t(r)];
+          strategy::Shard const on_device = staged[std::size_t(r)] ? replica.take() : replica.upload(shard);
+          enqueue(on_device, r, ws);
           replica.release();
+          staged[std::size_t(r)] = next != nullptr;
+          if (next) replica.stage(*next);
+          finish(on_device, r, ws);
         },
         batch_start);
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -35,15 +36,24 @@ Evaluation summarize(std::array<Tally, N> const& tallies) {
   return result;
 }
 
-// Calls fn(shard, replica) on every replica, in the group's threads, for every batch of
-// `data` in order; *batch_start, when given, is the index of the current batch's first sample.
+// Calls fn(shard, next, replica) on every replica, in the group's threads, for every batch
+// of `data` in order. `next` is the replica's shard of the following batch (nullptr after the
+// last), which a device evaluator copies while it computes this one. *batch_start, when
+// given, is the index of the current batch's first sample.
 template <class Fn>
 void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int batch_size, int num_replicas, Fn&& fn,
                     std::int64_t* batch_start = nullptr) {
-  auto stream = data.batch(batch_size).stream(0);
-  while (data::Batch const* batch = stream->next()) {
+  auto stream = data.batch(batch_size).stream(0, 0, 2);
+  for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
+    next = stream->next();
     strategy::DistributedBatch const distributed(*batch, num_replicas);
-    auto task = [&](int r) { fn(distributed.shard(r), r); };
+    std::optional<strategy::DistributedBatch> ahead;
+    if (next) ahead.emplace(*next, num_replicas);
+    auto task = [&](int r) {
+      std::optional<strategy::Shard> following;
+      if (ahead) following = ahead->shard(r);
+      fn(distributed.shard(r), following ? &*following : nullptr, r);
+    };
     group.run(task);
     if (batch_start) *batch_start += batch->size;
   }
@@ -109,7 +119,8 @@ class Evaluator {
     Model::check_input_width(data.feature_width());
     for_each_shard(
         *group_, data, batch_size_, num_replicas,
-        [&](strategy::Shard const& shard, int r) { fn(shard, r, workspaces_[std::size_t(r)]); }, batch_start);
+        [&](strategy::Shard const& shard, strategy::Shard const*, int r) { fn(shard, r, workspaces_[std::size_t(r)]); },
+        batch_start);
   }
 
   comm::ThreadGroup* group_;
