@@ -5,7 +5,8 @@
 // B::gemm and B::add_bias whether B is the CPU's or this one.
 //
 // The functions that return a number to the host (a loss sum, a count of correct
-// predictions) wait for the stream; everything else only enqueues.
+// predictions) wait for the stream, unless the bound context defers them (defer_sums: the
+// training step and the evaluator wait once per batch); everything else only enqueues.
 
 #include <cstdint>
 #include <utility>
@@ -108,13 +109,13 @@ struct CudaBackend {
     float const inverse_width = 1.0f / float(prediction.rows);
     c.launch(cuda::Kernel::squared_error, prediction.cols, prediction.data, target.data, dprediction.data, sums,
              prediction.rows, prediction.cols, 2.0f * inverse_width * grad_scale);
+    c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(sums), prediction.cols,
+                    &c.device_flags()->value);
     if (c.deferred().on) {
-      c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(sums), prediction.cols,
-                      &c.device_flags()->value);
       c.deferred().loss_factor = double(inverse_width);
       return 0.0;
     }
-    return c.sum(sums, prediction.cols) * double(inverse_width);
+    return c.read_flags().value * double(inverse_width);
   }
 
   // Deferred sums on the bound context (cuda::Context::Deferred): defer_sums() opens the
