@@ -276,7 +276,7 @@ double max_difference(std::span<float const> a, std::span<float const> b) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same weights, fp32 tolerance)", Opt, Sgd,
-                   Adam, AdamW) {
+                   Adam, AdamW, Lamb) {
   GpuModel const model(21, {}, {}, {}, {}, {}, {}, Dropout{0.2f}, {});
   Opt optimizer{};
   if constexpr (std::is_same_v<Opt, Sgd>) optimizer = Sgd{.lr = 0.05f, .momentum = 0.9f, .nesterov = true};
@@ -286,12 +286,15 @@ TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same we
   CHECK(max_difference(cpu, model.parameters()) > 1e-3);  // it trained
 }
 
-TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping and GradAccum as on the CPU") {
+TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping, GradAccum and Lamb as on the CPU") {
   GpuModel const model(22);
   CHECK(max_difference(train_copy<OneDevice, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-4);
   CHECK(max_difference(train_copy<Mirrored<2>, Cuda>(model, Adam{}, 1, 0.05f), train_copy<Mirrored<2>>(model, Adam{}, 1, 0.05f)) < 2e-4);
   CHECK(max_difference(train_copy<Mirrored<3>, Cuda, GradAccum<2>>(model, Sgd{.lr = 0.1f}, 2),
                        train_copy<OneDevice, GradAccum<2>>(model, Sgd{.lr = 0.1f}, 2)) < 2e-4);
+  // Lamb's trust ratios over tensors that straddle two replicas' slices.
+  Lamb const lamb{.lr = 1e-2f, .exclude_from_weight_decay = {"bias"}};
+  CHECK(max_difference(train_copy<Mirrored<2>, Cuda>(model, lamb, 2), train_copy<Mirrored<2>>(model, lamb, 2)) < 2e-4);
 }
 
 TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as one copied on demand") {
@@ -391,6 +394,7 @@ TEST_CASE("gpus2: Mirrored<2> with one GPU per replica over NCCL matches OneDevi
   Sgd const sgd{.lr = 0.1f, .momentum = 0.9f};
   CHECK(max_difference(train_copy<OneDevice, GradAccum<2>>(model, sgd, 2), train_copy<Mirrored<2>, Cuda, GradAccum<2>>(model, sgd, 2)) < 2e-4);
   CHECK(max_difference(train_copy<Mirrored<2>>(model, AdamW{}, 1, 0.05f), train_copy<Mirrored<2>, Cuda>(model, AdamW{}, 1, 0.05f)) < 2e-4);
+  CHECK(max_difference(train_copy<Mirrored<2>>(model, Lamb{}, 2), train_copy<Mirrored<2>, Cuda>(model, Lamb{}, 2)) < 2e-4);
 }
 
 int main(int argc, char** argv) { return gpu_test_main(argc, argv, "Cuda backend", 540); }

@@ -18,7 +18,7 @@ namespace strata::cuda {
 enum class Kernel : int {
   add_bias, relu, relu_backward, tanh, tanh_backward, gelu, gelu_backward, multiply, dropout,
   softmax_cross_entropy, count_correct, squared_error, sum_doubles, sum_squares, round_bf16, round_fp16,
-  to_bf16, to_fp16, reduce_replicas, scale, sgd, adam, count_
+  to_bf16, to_fp16, reduce_replicas, scale, sgd, adam, lamb_moments, lamb_apply, count_
 };
 
 inline constexpr char const* kernel_names[] = {
@@ -27,13 +27,13 @@ inline constexpr char const* kernel_names[] = {
     "strata_dropout",       "strata_softmax_xent",  "strata_count_correct",  "strata_squared_error",
     "strata_sum_doubles",   "strata_sum_squares",   "strata_round_bf16",     "strata_round_fp16",
     "strata_to_bf16",       "strata_to_fp16",       "strata_reduce_replicas", "strata_scale",
-    "strata_sgd",           "strata_adam"};
+    "strata_sgd",           "strata_adam",          "strata_lamb_moments",   "strata_lamb_apply"};
 static_assert(sizeof(kernel_names) / sizeof(kernel_names[0]) == std::size_t(Kernel::count_),
               "one name per Kernel");
 
-// Threads per block of every kernel; sum_doubles and sum_squares rely on it.
+// Threads per block of every kernel; the block sums (sum_doubles, sum_squares, lamb_moments) rely on it.
 inline constexpr int block_threads = 256;
-// Blocks of sum_squares: its partials are summed by one block of sum_doubles.
+// Blocks of sum_squares and lamb_moments: their partials are summed by one block of sum_doubles.
 inline constexpr int sum_blocks = 256;
 // Logical replicas whose gradients reduce_replicas sums in one launch.
 inline constexpr int max_peers = 16;
@@ -175,31 +175,32 @@ extern "C" __global__ void strata_squared_error(const float* p, const float* t, 
     sums[j] = s;
   }
 }
-// One block: *out = sum of in[0..n), in a fixed order.
-extern "C" __global__ void strata_sum_doubles(const double* in, int n, double* out) {
+// The sum of every thread's `mine` over the block, in a fixed tree order; every thread gets it.
+__device__ double block_sum(double mine) {
   __shared__ double part[STRATA_THREADS];
-  double s = 0.0;
-  for (int i = threadIdx.x; i < n; i += STRATA_THREADS) s += in[i];
-  part[threadIdx.x] = s;
+  part[threadIdx.x] = mine;
   __syncthreads();
   for (int width = STRATA_THREADS / 2; width > 0; width /= 2) {
     if (threadIdx.x < width) part[threadIdx.x] += part[threadIdx.x + width];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = part[0];
+  double total = part[0];
+  __syncthreads();  // before the next call overwrites part
+  return total;
+}
+// One block: *out = sum of in[0..n), in a fixed order.
+extern "C" __global__ void strata_sum_doubles(const double* in, int n, double* out) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < n; i += STRATA_THREADS) s += in[i];
+  double total = block_sum(s);
+  if (threadIdx.x == 0) *out = total;
 }
 // partials[block] = sum of x^2 over the block's stride of x (a fixed grid: a fixed order).
 extern "C" __global__ void strata_sum_squares(const float* x, i64 n, double* partials) {
-  __shared__ double part[STRATA_THREADS];
   double s = 0.0;
   GRID_LOOP(i, n) s += double(x[i]) * double(x[i]);
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int width = STRATA_THREADS / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) part[threadIdx.x] += part[threadIdx.x + width];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
+  double total = block_sum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 extern "C" __global__ void strata_round_bf16(float* x, i64 n) {
   GRID_LOOP(i, n) x[i] = bf16_value(bf16_bits(x[i]));
@@ -244,6 +245,38 @@ extern "C" __global__ void strata_sgd(float* w, const float* g, float* v, i64 n,
       w[i] += nesterov ? momentum * vi - rate * g[i] : vi;
     }
   }
+}
+// Lamb's direction (optim/lamb.hpp's Direction): bias-corrected Adam plus decoupled decay.
+__device__ __forceinline__ float lamb_direction(float m, float v, float w, float m_correction, float v_correction,
+                                                float epsilon, float decay) {
+  return (m * m_correction) / (sqrtf(v * v_correction) + epsilon) + decay * w;
+}
+// Lamb's first phase (Lamb::moments): the moments, and this block's shares of sum w^2
+// (partials[block]) and sum u^2 (partials[gridDim.x + block]).
+extern "C" __global__ void strata_lamb_moments(const float* w, const float* g, float* m, float* v, i64 n, float beta1,
+                                               float beta2, float m_correction, float v_correction, float epsilon,
+                                               float decay, double* partials) {
+  double weight = 0.0, update = 0.0;
+  GRID_LOOP(i, n) {
+    float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
+    float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    float u = lamb_direction(mi, vi, w[i], m_correction, v_correction, epsilon, decay);
+    weight += double(w[i]) * double(w[i]);
+    update += double(u) * double(u);
+  }
+  double weights = block_sum(weight);
+  double updates = block_sum(update);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = weights;
+    partials[gridDim.x + blockIdx.x] = updates;
+  }
+}
+// Lamb's second phase (Lamb::apply): w -= rate * u, u from the moments; rate = lr * trust ratio.
+extern "C" __global__ void strata_lamb_apply(float* w, const float* m, const float* v, i64 n, float rate,
+                                             float m_correction, float v_correction, float epsilon, float decay) {
+  GRID_LOOP(i, n) w[i] -= rate * lamb_direction(m[i], v[i], w[i], m_correction, v_correction, epsilon, decay);
 }
 // Adam and AdamW (optim/adam.hpp): the host folds the bias corrections into step_size and
 // decoupled weight decay into keep.

@@ -50,6 +50,7 @@
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/optim/adam.hpp"
+#include "strata/optim/lamb.hpp"
 #include "strata/optim/optimizer.hpp"
 #include "strata/optim/sgd.hpp"
 #include "strata/strategy/distribute.hpp"
@@ -80,8 +81,8 @@ inline constexpr GemmPrecision gemm_precision_for =
     std::is_same_v<T, bf16> ? GemmPrecision::bf16 : std::is_same_v<T, fp16> ? GemmPrecision::fp16 : GemmPrecision::fp32;
 
 template <class Opt>
-inline constexpr bool has_device_update =
-    std::is_same_v<Opt, optim::Sgd> || std::is_same_v<Opt, optim::Adam> || std::is_same_v<Opt, optim::AdamW>;
+inline constexpr bool has_device_update = std::is_same_v<Opt, optim::Sgd> || std::is_same_v<Opt, optim::Adam> ||
+                                          std::is_same_v<Opt, optim::AdamW> || std::is_same_v<Opt, optim::Lamb>;
 
 // One replica's device resources: its context, its copy stream, and two upload slots, so
 // that the next batch's shard is copied while this one's is trained on.
@@ -167,8 +168,9 @@ std::vector<std::unique_ptr<DeviceReplica>> make_replicas(std::vector<int> const
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn>
 class StepRunner : public train::StepProgress<Config> {
   static_assert(has_device_update<Opt>,
-                "strata::Cuda: the device optimizer update is written for Sgd, Adam and AdamW; Lamb runs on "
-                "strata::Cpu only (docs/gpu.md)");
+                "strata::Cuda: the device optimizer update is written for Sgd, Adam, AdamW and Lamb; another "
+                "optimizer runs on strata::Cpu only (docs/gpu.md)");
+  static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
 
  public:
   using backend = CudaBackend;
@@ -311,7 +313,15 @@ class StepRunner : public train::StepProgress<Config> {
  private:
   struct Piece {
     std::size_t begin = 0, end = 0;
+    std::size_t tensor = 0;  // its index in Model::parameter_tensors()
     bool decay = true;
+  };
+  // Lamb's per-replica scratch: each block's shares of a piece's norms, each piece's two sums.
+  struct LayerwiseScratch {
+    DeviceBuffer<double> partials;  // 2 * sum_blocks
+    DeviceBuffer<double> sums;      // ||w||^2 and ||u||^2 of each piece
+    PinnedBuffer<double> readback;
+    std::vector<optim::NormShares> tensors;  // this replica's shares of each tensor's norms
   };
   // The weights and optimizer state as one GPU holds them.
   struct WeightCopy {
@@ -349,12 +359,21 @@ class StepRunner : public train::StepProgress<Config> {
     auto const tensors = Model::parameter_tensors();
     for (int r = 0; r < num_replicas; ++r) {
       comm::Slice const mine = slice(r);
-      for (auto const& t : tensors) {
-        std::size_t const begin = std::max(t.offset, mine.begin);
-        std::size_t const end = std::min(t.offset + nn::element_count(t.shape), mine.end);
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        std::size_t const begin = std::max(tensors[t].offset, mine.begin);
+        std::size_t const end = std::min(tensors[t].offset + nn::element_count(tensors[t].shape), mine.end);
         bool decay = true;
-        if constexpr (requires { optimizer_.decays(t.name); }) decay = optimizer_.decays(t.name);
-        if (begin < end) pieces_[std::size_t(r)].push_back({begin, end, decay});
+        if constexpr (requires { optimizer_.decays(tensors[t].name); }) decay = optimizer_.decays(tensors[t].name);
+        if (begin < end) pieces_[std::size_t(r)].push_back({begin, end, t, decay});
+      }
+      if constexpr (layerwise) {
+        std::size_t const n = pieces_[std::size_t(r)].size();
+        LayerwiseScratch& s = layerwise_[std::size_t(r)];
+        int const device = devices_[std::size_t(r)];
+        s.partials = DeviceBuffer<double>(2 * std::size_t(sum_blocks), device);
+        s.sums = DeviceBuffer<double>(std::max<std::size_t>(1, 2 * n), device);
+        s.readback = PinnedBuffer<double>(std::max<std::size_t>(1, 2 * n));
+        s.tensors.resize(tensors.size());
       }
     }
   }
@@ -389,7 +408,9 @@ class StepRunner : public train::StepProgress<Config> {
       if (!decision.apply) return;  // skipped on every replica alike
       if (decision.factor != 1.0f && n > 0) c.launch(Kernel::scale, n, reduced, (long long)n, decision.factor);
     }
-    for (Piece const& piece : pieces_[std::size_t(r)]) apply(c, r, piece);
+    if constexpr (layerwise) apply_layerwise(c, r);
+    else
+      for (Piece const& piece : pieces_[std::size_t(r)]) apply(c, r, piece);
 #if STRATA_CUDA_NCCL
     if (multi_) {  // every GPU's copy gets every slice
       c.synchronize();
@@ -443,6 +464,45 @@ class StepRunner : public train::StepProgress<Config> {
     }
   }
 
+  // Lamb (optim/lamb.hpp's two phases): each piece's moments and its shares of ||w||^2 and
+  // ||u||^2 on the device, one read back; after a barrier, each tensor's shares added over
+  // the replicas in replica order (one answer everywhere), then the update with its trust ratio.
+  void apply_layerwise(Context& c, int r) {
+    auto const& pieces = pieces_[std::size_t(r)];
+    LayerwiseScratch& s = layerwise_[std::size_t(r)];
+    WeightCopy& copy = copy_of(r);
+    optim::StepInfo const step{this->step_ + 1};
+    auto direction = [&](Piece const& piece) { return optimizer_.direction({step.t, step.lr_scale, piece.decay}); };
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      Piece const& piece = pieces[p];
+      auto const d = direction(piece);
+      c.launch_blocks(Kernel::lamb_moments, sum_blocks, static_cast<float const*>(copy.params.data() + piece.begin),
+                      static_cast<float const*>(reduced_at(r, piece.begin)), copy.slots[0].data() + piece.begin,
+                      copy.slots[1].data() + piece.begin, (long long)(piece.end - piece.begin), optimizer_.beta1,
+                      optimizer_.beta2, d.m_correction, d.v_correction, d.epsilon, d.decay, s.partials.data());
+      double const* partials = s.partials.data();
+      c.launch_blocks(Kernel::sum_doubles, 1, partials, sum_blocks, s.sums.data() + 2 * p);
+      c.launch_blocks(Kernel::sum_doubles, 1, partials + sum_blocks, sum_blocks, s.sums.data() + 2 * p + 1);
+    }
+    copy_to_host(s.readback.data(), s.sums.data(), 2 * pieces.size(), c.stream());
+    c.synchronize();
+    std::fill(s.tensors.begin(), s.tensors.end(), optim::NormShares{});
+    for (std::size_t p = 0; p < pieces.size(); ++p)
+      s.tensors[pieces[p].tensor] += {s.readback.data()[2 * p], s.readback.data()[2 * p + 1]};
+    group_->barrier(r);
+    for (Piece const& piece : pieces) {
+      optim::NormShares tensor;
+      for (auto const& replica : layerwise_) tensor += replica.tensors[piece.tensor];
+      auto const d = direction(piece);
+      float const rate = optimizer_.lr * step.lr_scale * (piece.decay ? Opt::trust_ratio(tensor) : 1.0f);
+      long long const n = (long long)(piece.end - piece.begin);
+      c.launch(Kernel::lamb_apply, n, copy.params.data() + piece.begin,
+               static_cast<float const*>(copy.slots[0].data() + piece.begin),
+               static_cast<float const*>(copy.slots[1].data() + piece.begin), n, rate, d.m_correction, d.v_correction,
+               d.epsilon, d.decay);
+    }
+  }
+
   comm::ThreadGroup* group_;
   Model* model_;
   Opt optimizer_;
@@ -463,6 +523,7 @@ class StepRunner : public train::StepProgress<Config> {
   std::array<train::Tally, num_replicas> tallies_{};
   std::array<double, num_replicas> shares_{};
   std::array<std::vector<Piece>, num_replicas> pieces_;
+  std::array<LayerwiseScratch, num_replicas> layerwise_;  // Lamb
   std::int64_t floats_reduced_ = 0;
   BatchKey staged_{};  // the batch whose shards the replicas staged for the next call
 };

@@ -77,7 +77,8 @@ struct Lamb {
     apply(w, s, offset, step, ratio);
   }
 
- private:
+  // u of one element, with the step's bias corrections and decay (the Cuda kernel takes the
+  // same four numbers).
   struct Direction {
     float m_correction, v_correction, epsilon, decay;
     float operator()(float m, float v, float w) const {

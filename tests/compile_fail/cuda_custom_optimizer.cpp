@@ -1,10 +1,13 @@
 #include "strata.hpp"
 #include "strata/cuda.hpp"
-// Lamb's layer-wise trust ratio has no device update yet: Trainer<Cuda> with Lamb must say so.
+// A user's own optimizer runs on the CPU; it has no device update, and Trainer<Cuda> must say so.
+struct MySgd : strata::Sgd {
+  static constexpr char const* name = "MySgd";
+};
 #ifdef STRATA_MUST_FAIL
-using Opt = strata::Lamb;
+using Opt = MySgd;
 #else
-using Opt = strata::AdamW;
+using Opt = strata::Lamb;
 #endif
 int main() {
   strata::Trainer<strata::Mirrored<2>, strata::Cuda> trainer;
