@@ -217,8 +217,6 @@ class StepRunner : public train::StepProgress<Config> {
   train::Tally train_on_batch(data::Batch const& batch, data::Batch const* next = nullptr) {
     auto const micro = this->begin_micro_batch(batch.size);
     strategy::DistributedBatch const distributed(batch, num_replicas);
-    std::optional<strategy::DistributedBatch> ahead;
-    if (next) ahead.emplace(*next, num_replicas);
     bool const staged = staged_ == key_of(&batch);
     staged_ = key_of(next);
     auto task = [&](int r) {
@@ -234,7 +232,7 @@ class StepRunner : public train::StepProgress<Config> {
       model_->template backward<CudaBackend>(ws, params, gradients_[std::size_t(r)].data(), shard.features,
                                              micro.accumulate);
       replica.release();
-      if (ahead) replica.stage(ahead->shard(r));
+      if (next) replica.stage(strategy::DistributedBatch(*next, num_replicas).shard(r));
       auto const sums = CudaBackend::collect_sums();  // waits for backward; throws for a bad label
       tally.loss_sum = sums.loss;
       tally.correct = sums.correct;
@@ -397,7 +395,7 @@ class StepRunner : public train::StepProgress<Config> {
     comm::Slice const mine = slice(r);
     std::int64_t const n = std::int64_t(mine.end - mine.begin);
     float* const reduced = reduced_at(r, mine.begin);
-    reduce_slice(r, c, mine, scale);
+    reduce_slice(r, c, mine, scale, reduced);
     if (r == 0) floats_reduced_ += std::int64_t(arena);
     if (this->needs_global_norm()) {
       shares_[std::size_t(r)] = n > 0 ? c.sum_of_squares(reduced, std::size_t(n)) : 0.0;
@@ -421,15 +419,14 @@ class StepRunner : public train::StepProgress<Config> {
 #endif
   }
 
-  // reduced_at(r, slice) = scale * the sum over replicas of their gradients' slice.
-  void reduce_slice(int r, Context& c, comm::Slice mine, float scale) {
+  // reduced (reduced_at(r, mine.begin)) = scale * the sum over replicas of their gradients' slice.
+  void reduce_slice(int r, Context& c, comm::Slice mine, float scale, float* reduced) {
     std::int64_t const n = std::int64_t(mine.end - mine.begin);
 #if STRATA_CUDA_NCCL
     if (multi_) {  // NCCL sums (in its own order) into this replica's chunk; then the scale
       comms_[std::size_t(r)].reduce_scatter(std::span<float const>(gradients_[std::size_t(r)].data(), padded_),
-                                            std::span<float>(reduced_[std::size_t(r)].data(), chunk_),
-                                            comm::ReduceOp::sum);
-      if (n > 0) c.launch(Kernel::scale, n, reduced_[std::size_t(r)].data(), (long long)n, scale);
+                                            std::span<float>(reduced, chunk_), comm::ReduceOp::sum);
+      if (n > 0) c.launch(Kernel::scale, n, reduced, (long long)n, scale);
       return;
     }
 #endif
@@ -439,7 +436,7 @@ class StepRunner : public train::StepProgress<Config> {
     } peers{};
     static_assert(num_replicas <= max_peers, "strata::Cuda: at most 16 logical replicas per device");
     for (int p = 0; p < num_replicas; ++p) peers.p[p] = gradients_[std::size_t(p)].data() + mine.begin;
-    c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced_at(r, mine.begin), (long long)n, scale);
+    c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced, (long long)n, scale);
   }
 
   // The optimizer on one piece: optim/sgd.hpp and optim/adam.hpp, as kernels.

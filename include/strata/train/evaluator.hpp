@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -47,12 +46,10 @@ void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int bat
   for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
     next = stream->next();
     strategy::DistributedBatch const distributed(*batch, num_replicas);
-    std::optional<strategy::DistributedBatch> ahead;
-    if (next) ahead.emplace(*next, num_replicas);
     auto task = [&](int r) {
-      std::optional<strategy::Shard> following;
-      if (ahead) following = ahead->shard(r);
-      fn(distributed.shard(r), following ? &*following : nullptr, r);
+      if (!next) return fn(distributed.shard(r), nullptr, r);
+      strategy::Shard const following = strategy::DistributedBatch(*next, num_replicas).shard(r);
+      fn(distributed.shard(r), &following, r);
     };
     group.run(task);
     if (batch_start) *batch_start += batch->size;
