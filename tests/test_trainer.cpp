@@ -214,3 +214,65 @@ TEST_CASE("bad input to fit is reported with the value and loses nothing") {
   // A batch that does not divide over the replicas, and a last batch smaller than them (38 = 6 * 6 + 2), both train.
   CHECK_NOTHROW(trainer.fit(model, Sgd{}, loss, fashion().take(38), {.batch_size = 6}));
 }
+
+namespace {
+// The step's second part exchanged: the gradients all-reduced in buckets over a
+// ThreadCommunicator (the path a multi-process strategy takes) instead of read in place.
+template <int N, std::size_t BucketBytes>
+using BucketSync = train::CommunicatorSync<comm::ThreadCommunicator, N, BucketBytes>;
+
+// `batches` global batches of 30 from the training set, the last one of 10, then a flush.
+template <class Config, class Sync, class Opt, class... SyncArguments>
+std::vector<float> step_weights(Opt optimizer, train::StepOptions options, int batches, SyncArguments&&... sync_arguments) {
+  strategy::BasicStrategy<Config> strategy;
+  PlainModel model(42);
+  train::StepRunner<Config, PlainModel, Opt, SoftmaxCrossEntropy, Sync> runner(
+      strategy, model, optimizer, SoftmaxCrossEntropy{}, 30, 7, options, sync_arguments...);
+  CHECK(runner.num_replicas_in_sync() == Config::num_replicas);
+  auto const& data = fashion();
+  for (int i = 0; i < batches; ++i) {
+    int const size = i + 1 == batches ? 10 : 30;
+    data::Batch const batch{data.features().columns(i * 30, size), data.targets().columns(i * 30, size),
+                            size, i};
+    runner.train_on_batch(batch);
+  }
+  runner.flush();
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+template <class Config, class Opt, std::size_t BucketBytes>
+void check_communicator_sync(Opt optimizer, train::StepOptions options, comm::Overlap overlap) {
+  constexpr int n = Config::num_replicas;
+  auto const reference = step_weights<Config, train::ThreadSync<n>>(optimizer, options, 5);
+  comm::Rendezvous world(n);
+  auto const bucketed = step_weights<Config, BucketSync<n, BucketBytes>>(
+      optimizer, options, 5, [&](int r) { return comm::ThreadCommunicator(world, r); }, overlap);
+  CHECK(bucketed == reference);  // both sum in replica order, then scale: the same bits
+}
+}  // namespace
+
+TEST_CASE("a step whose gradients cross replicas over a Communicator in buckets matches the in-place thread sync") {
+  using comm::Overlap;
+  // One 25 MiB bucket, and 4 KiB buckets (one per layer: the comm thread reduces during backward).
+  check_communicator_sync<policy::Config<Mirrored<2>>, Sgd, std::size_t{25} << 20>(Sgd{.lr = 0.05f, .momentum = 0.9f}, {},
+                                                                                  Overlap::comm_thread);
+  check_communicator_sync<policy::Config<Mirrored<2>>, Adam, 4096>(Adam{}, {}, Overlap::comm_thread);
+  check_communicator_sync<policy::Config<Mirrored<3>>, Adam, 4096>(Adam{}, {}, Overlap::in_backward);
+  check_communicator_sync<policy::Config<Mirrored<2>>, Adam, 4096>(Adam{}, {}, Overlap::after_backward);
+  // Accumulation (the partial last group is flushed), clipping by the global norm, Lamb's
+  // per-tensor norms and mixed precision: every global quantity of the update.
+  check_communicator_sync<policy::Config<Mirrored<2>, GradAccum<2>>, Adam, 4096>(Adam{}, {}, Overlap::comm_thread);
+  check_communicator_sync<policy::Config<Mirrored<2>>, Adam, 4096>(Adam{}, {.clip_global_norm = 0.1f},
+                                                                  Overlap::comm_thread);
+  check_communicator_sync<policy::Config<Mirrored<2>>, Lamb, 4096>(Lamb{}, {}, Overlap::comm_thread);
+  check_communicator_sync<policy::Config<Mirrored<2>, MixedPrecision>, Adam, 4096>(Adam{}, {}, Overlap::comm_thread);
+
+  // A communicator whose world is no whole number of this process's replicas.
+  strategy::BasicStrategy<policy::Config<Mirrored<2>>> strategy;
+  PlainModel model(42);
+  comm::Rendezvous three(3);
+  using Runner = train::StepRunner<policy::Config<Mirrored<2>>, PlainModel, Sgd, SoftmaxCrossEntropy, BucketSync<2, 4096>>;
+  CHECK_THROWS_WITH_AS(Runner(strategy, model, Sgd{}, SoftmaxCrossEntropy{}, 30, 7, {},
+                              [&](int r) { return comm::ThreadCommunicator(three, r); }),
+                       "CommunicatorSync: a world of 3 replicas is not a whole number of processes of 2", ConfigError);
+}

@@ -27,17 +27,14 @@
 
 #include "strata/comm/communicator.hpp"
 #include "strata/comm/wait.hpp"
+#include "strata/core/cuda_device_count.hpp"
 #include "strata/core/error.hpp"
-#include "strata/cuda/runtime.hpp"
 
 namespace strata::comm {
 
 struct NcclOptions {
   std::chrono::milliseconds timeout = default_timeout;
 };
-
-// The number of CUDA devices this process sees; 0 where there is no GPU or no driver.
-inline int cuda_device_count() { return cuda::device_count(); }
 
 class NcclCommunicator {
  public:
@@ -162,7 +159,7 @@ class NcclCommunicator {
     if (options_.timeout.count() <= 0)
       throw ConfigError(strata::detail::message("NcclCommunicator: timeout ", options_.timeout.count(),
                                                 " ms must be positive"));
-    int const devices = cuda_device_count();
+    int const devices = strata::cuda_device_count();
     if (device_ < 0 || device_ >= devices)
       throw ConfigError(strata::detail::message("NcclCommunicator: device ", device_, " does not exist (this process sees ",
                                                 devices, " CUDA devices)"));

@@ -3,21 +3,20 @@
 //
 // A backend is a type with static functions over plain views. Layers call
 // `Backend::gemm(...)`, never Eigen or cuBLAS directly, so a GPU backend is an addition,
-// not a rewrite. `backend_for<Device>` picks the backend of a device policy at compile time.
+// not a rewrite. `backend_for<Device>` (strategy/backend_for.hpp) picks the backend of a device
+// policy at compile time.
 
 #include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
 
-#include <Eigen/Core>
+#include "strata/core/eigen.hpp"
 
 #include "strata/core/blas.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
 #include "strata/core/tensor.hpp"
-#include "strata/policy/device.hpp"
-#include "strata/policy/slot.hpp"
 
 namespace strata {
 
@@ -39,6 +38,15 @@ concept Backend = requires(ConstMatrixView a, MatrixView c, float const* v, floa
   B::relu(a, c);
   B::relu_backward(a, a, c);
 };
+
+// GCC 12's false "'__Y' may be used uninitialized" for AVX-512 code (core/eigen.hpp says
+// why): Eigen's max, exp and tanh packets are inlined into the functions below, so the
+// region covers them too, also for a program that included Eigen before strata.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 struct CpuBackend {
   // c = alpha * op(a) * op(b) + beta * c
@@ -173,6 +181,10 @@ struct CpuBackend {
   }
 };
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 static_assert(Backend<CpuBackend>);
 
 // Where a backend's workspaces keep activations: host matrices, unless the backend names its
@@ -186,18 +198,5 @@ template <class B>
 struct backend_buffer<B> {
   using type = typename B::Buffer;
 };
-
-template <class Device>
-struct backend_for {
-  static_assert(policy::dependent_false<Device>,
-                "strata::Cuda needs #include <strata/cuda.hpp> and the strata::cuda CMake target (docs/gpu.md)");
-};
-template <>
-struct backend_for<policy::Cpu> {
-  using type = CpuBackend;
-};
-
-template <class Device>
-using backend_for_t = typename backend_for<Device>::type;
 
 }  // namespace strata

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include <Eigen/Core>
+#include "strata/core/eigen.hpp"
 
 namespace strata {
 

@@ -14,6 +14,7 @@
 #include "strata/core/backend.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/cuda/context.hpp"
+#include "strata/strategy/backend_for.hpp"
 
 namespace strata {
 

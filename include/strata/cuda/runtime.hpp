@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "strata/core/cuda_device_count.hpp"
 #include "strata/core/error.hpp"
 
 namespace strata::cuda {
@@ -21,14 +22,7 @@ inline void check(cudaError_t rc, std::string_view what) {
 }
 
 // The number of CUDA devices this process sees; 0 where there is no GPU or no driver.
-inline int device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return count;
-}
+inline int device_count() { return cuda_device_count(); }
 
 // Throws the error a user without that device should read, naming the fix.
 inline void require_device(int device) {

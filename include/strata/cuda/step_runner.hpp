@@ -58,6 +58,7 @@
 #include "strata/train/logs.hpp"
 #include "strata/train/loss_scale.hpp"
 #include "strata/train/replica_pass.hpp"
+#include "strata/train/slice_update.hpp"
 #include "strata/train/evaluator.hpp"
 #include "strata/train/step_progress.hpp"
 #include "strata/train/step_runner.hpp"
@@ -309,11 +310,7 @@ class StepRunner : public train::StepProgress<Config> {
   [[nodiscard]] bool across_gpus() const { return multi_; }
 
  private:
-  struct Piece {
-    std::size_t begin = 0, end = 0;
-    std::size_t tensor = 0;  // its index in Model::parameter_tensors()
-    bool decay = true;
-  };
+  using Piece = train::Piece;
   // Lamb's per-replica scratch: each block's shares of a piece's norms, each piece's two sums.
   struct LayerwiseScratch {
     DeviceBuffer<double> partials;  // 2 * sum_blocks
@@ -356,14 +353,7 @@ class StepRunner : public train::StepProgress<Config> {
   void plan_pieces() {
     auto const tensors = Model::parameter_tensors();
     for (int r = 0; r < num_replicas; ++r) {
-      comm::Slice const mine = slice(r);
-      for (std::size_t t = 0; t < tensors.size(); ++t) {
-        std::size_t const begin = std::max(tensors[t].offset, mine.begin);
-        std::size_t const end = std::min(tensors[t].offset + nn::element_count(tensors[t].shape), mine.end);
-        bool decay = true;
-        if constexpr (requires { optimizer_.decays(tensors[t].name); }) decay = optimizer_.decays(tensors[t].name);
-        if (begin < end) pieces_[std::size_t(r)].push_back({begin, end, t, decay});
-      }
+      pieces_[std::size_t(r)] = train::plan_pieces(tensors, slice(r), optimizer_);
       if constexpr (layerwise) {
         std::size_t const n = pieces_[std::size_t(r)].size();
         LayerwiseScratch& s = layerwise_[std::size_t(r)];

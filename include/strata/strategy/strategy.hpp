@@ -19,6 +19,7 @@
 #include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_group.hpp"
 #include "strata/core/backend.hpp"
+#include "strata/strategy/backend_for.hpp"
 #include "strata/core/error.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/policy/config.hpp"

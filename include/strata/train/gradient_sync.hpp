@@ -1,0 +1,191 @@
+#pragma once
+// GradientSync: how a step's gradients, and the global quantities of its update (the
+// squared norm for clipping and the loss scale, Lamb's per-tensor norms), cross replicas.
+// It is one of the three parts a step is built from (train/step_runner.hpp):
+//
+//   ReplicaPass   forward, loss, backward of one replica into `gradients(r)`
+//   GradientSync  makes the summed gradient of every replica readable by its owner
+//   SliceUpdate   each replica updates the slice of the weights it owns
+//
+// A sync offers, for local replica r (a thread of this process):
+//   gradients(r)            the arena backward writes (replica 0's is the model's own)
+//   layer_done(r, layer)    backward finished `layer`'s gradients: a bucket may start
+//   gradients_ready(r)      after backward of the group's last micro-batch: returns when
+//                           reduce() may read every replica's contribution
+//   reduce(r, b, n, s, out) out[0, n) = s * (sum over all replicas of gradient[b, b + n))
+//   sum(r, share)           the sum of one double per local replica, in replica order, the
+//                           same on every replica (a barrier); every process sees the same
+//                           reduced gradient, so local shares make a global decision
+//   barrier(r)              every local replica is here
+//   num_replicas_in_sync()  replicas of the whole job: local ones × processes (run time)
+//
+// ThreadSync serves OneDevice and Mirrored<N> on the CPU: no copy and no collective, the
+// owner sums its slice of every replica's arena in replica order while it is in cache.
+// CommunicatorSync<Comm> serves any Communicator (threads, MPI, the Hierarchical of both):
+// the gradients are all-reduced in BucketBytes<B> buckets, each started as soon as backward
+// completes it (the overlap of PyTorch DDP and Horovod), on a communication thread.
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "strata/comm/buckets.hpp"
+#include "strata/comm/communicator.hpp"
+#include "strata/comm/reduce_op.hpp"
+#include "strata/comm/thread_group.hpp"
+#include "strata/core/aligned_buffer.hpp"
+#include "strata/core/error.hpp"
+#include "strata/policy/communication.hpp"
+#include "strata/policy/device.hpp"
+#include "strata/policy/slot.hpp"
+#include "strata/policy/strategy.hpp"
+
+namespace strata::train {
+
+// What every sync shares: the replica threads, one gradient arena per local replica, and
+// the per-replica doubles that sum() adds.
+template <int Replicas>
+class ReplicaArenas {
+ public:
+  static constexpr int local_replicas = Replicas;
+
+  [[nodiscard]] float* gradients(int r) { return gradients_[std::size_t(r)]; }
+  void barrier(int r) { group_->barrier(r); }
+  double sum(int r, double share) {
+    shares_[std::size_t(r)].value = share;
+    group_->barrier(r);
+    double total = 0.0;
+    for (auto const& s : shares_) total += s.value;  // replica order: one answer everywhere
+    return total;
+  }
+  // The slice of the arena replica r updates: equal cache-line-aligned parts.
+  [[nodiscard]] comm::Slice slice(int r) const { return comm::owned_slice(arena_, local_replicas, r); }
+
+ protected:
+  ReplicaArenas(comm::ThreadGroup& group, std::span<float> model_gradients) : group_(&group), arena_(model_gradients.size()) {
+    if (group.size() != local_replicas)
+      throw ConfigError(strata::detail::message("GradientSync: the strategy has ", group.size(),
+                                                " replica threads but the step was built for ", local_replicas));
+    gradients_[0] = model_gradients.data();
+    for (int r = 1; r < local_replicas; ++r) {
+      owned_[std::size_t(r)] = AlignedBuffer(arena_);
+      gradients_[std::size_t(r)] = owned_[std::size_t(r)].data();
+    }
+  }
+
+  comm::ThreadGroup* group_;
+  std::size_t arena_;
+  std::array<float*, local_replicas> gradients_{};
+
+ private:
+  struct alignas(64) Share {  // one cache line per replica
+    double value = 0.0;
+  };
+  std::array<AlignedBuffer, local_replicas> owned_;  // [0] unused: replica 0 writes the model's
+  std::array<Share, local_replicas> shares_{};
+};
+
+// OneDevice and Mirrored<N> on the CPU: the owner of a slice reads every replica's arena.
+template <int Replicas>
+class ThreadSync : public ReplicaArenas<Replicas> {
+  using base = ReplicaArenas<Replicas>;
+
+ public:
+  ThreadSync(comm::ThreadGroup& group, std::span<float> model_gradients, std::span<std::size_t const> /*layer_offsets*/)
+      : base(group, model_gradients) {}
+
+  void begin_reduction(bool) {}
+  void layer_done(int, std::size_t) {}
+  void gradients_ready(int r) { this->barrier(r); }  // every replica's arena is complete
+  void reduce(int, std::size_t begin, std::size_t count, float scale, float* out) {
+    comm::reduce_range(this->gradients_.data(), base::local_replicas, begin, begin + count, comm::ReduceOp::sum, scale,
+                       out);
+  }
+  [[nodiscard]] static constexpr int num_replicas_in_sync() { return base::local_replicas; }
+};
+
+// Any Communicator: replica r's arena is all-reduced over `make_communicator(r)` (rank r of
+// its process, in a world of local replicas × processes) bucket by bucket during backward.
+// Then every replica's arena holds the sum, and reduce() only scales the owner's slice.
+template <class Comm, int Replicas, std::size_t BucketBytes>
+  requires comm::Communicator<Comm>
+class CommunicatorSync : public ReplicaArenas<Replicas> {
+  using base = ReplicaArenas<Replicas>;
+
+ public:
+  template <class MakeCommunicator>
+  CommunicatorSync(comm::ThreadGroup& group, std::span<float> model_gradients,
+                   std::span<std::size_t const> layer_offsets, MakeCommunicator&& make_communicator,
+                   comm::Overlap overlap = comm::Overlap::comm_thread)
+      : base(group, model_gradients), layers_(layer_offsets.size() - 1) {
+    for (int r = 0; r < base::local_replicas; ++r) {
+      communicators_[std::size_t(r)] = std::make_unique<Comm>(make_communicator(r));
+      buckets_[std::size_t(r)] = std::make_unique<comm::BucketedAllReduce<Comm>>(
+          *communicators_[std::size_t(r)], comm::BucketPlan(layer_offsets, BucketBytes),
+          std::span<float>(this->gradients_[std::size_t(r)], this->arena_), comm::ReduceOp::sum, overlap);
+    }
+    world_ = communicators_[0]->size();
+    if (world_ % base::local_replicas != 0)
+      throw ConfigError(strata::detail::message("CommunicatorSync: a world of ", world_,
+                                                " replicas is not a whole number of processes of ",
+                                                base::local_replicas));
+  }
+
+  // Called before a micro-batch's backward: only the group's last micro-batch starts
+  // buckets, so accumulation stays local.
+  void begin_reduction(bool reducing) { reducing_ = reducing; }
+  void layer_done(int r, std::size_t layer) {
+    if (!reducing_) return;
+    buckets_[std::size_t(r)]->layer_done(layer);
+    started_[std::size_t(r)].value = true;
+  }
+  void gradients_ready(int r) {
+    auto& buckets = *buckets_[std::size_t(r)];
+    if (!started_[std::size_t(r)].value)  // a partial group flushed at the end of an epoch
+      for (std::size_t layer = layers_; layer-- > 0;) buckets.layer_done(layer);
+    buckets.finish();
+    started_[std::size_t(r)].value = false;
+    this->barrier(r);
+  }
+  void reduce(int r, std::size_t begin, std::size_t count, float scale, float* out) {
+    float const* sum = this->gradients_[std::size_t(r)] + begin;
+    for (std::size_t i = 0; i < count; ++i) out[i] = sum[i] * scale;
+  }
+  [[nodiscard]] int num_replicas_in_sync() const { return world_; }
+  [[nodiscard]] comm::BucketPlan const& bucket_plan() const { return buckets_[0]->plan(); }
+
+ private:
+  std::array<std::unique_ptr<Comm>, base::local_replicas> communicators_;
+  std::array<std::unique_ptr<comm::BucketedAllReduce<Comm>>, base::local_replicas> buckets_;
+  struct alignas(64) Started {  // one cache line per replica
+    bool value = false;
+  };
+  std::array<Started, base::local_replicas> started_{};
+  std::size_t layers_ = 0;
+  int world_ = 1;
+  bool reducing_ = true;
+};
+
+// The sync a strategy uses on a device, chosen by specialisation on the policy tags.
+template <class Strategy, class Device, class Bucket>
+struct GradientSync {
+  static_assert(policy::dependent_false<Strategy>,
+                "strata: no gradient sync is written for this strategy on this device yet (docs/roadmap.md)");
+};
+template <class Strategy, class Bucket>
+  requires(Strategy::kind == policy::StrategyKind::one_device || Strategy::kind == policy::StrategyKind::mirrored)
+struct GradientSync<Strategy, policy::Cpu, Bucket> {
+  static_assert(Bucket::bytes == policy::default_bucket_bytes,
+                "strata::BucketBytes<B> has no effect on OneDevice or Mirrored<N> on strata::Cpu: their replicas "
+                "read each other's gradients in place, with no buckets to size; drop BucketBytes<B> (it sizes the "
+                "buckets of strategies whose gradients cross a Communicator)");
+  using type = ThreadSync<Strategy::replicas>;
+};
+
+template <class Config>
+using gradient_sync_t =
+    typename GradientSync<typename Config::strategy, typename Config::device, typename Config::bucket>::type;
+
+}  // namespace strata::train

@@ -1,0 +1,163 @@
+#pragma once
+// SliceUpdate: the third part of a step (train/step_runner.hpp). Each replica applies the
+// optimizer to the slice of the weights it owns, reading its slice of the reduced gradient
+// through the GradientSync.
+//
+// Without a global quantity the reduction and the update are fused: a chunk of the slice is
+// reduced and updated while it is still in L1. What needs the whole gradient before any
+// weight moves takes one more barrier: a loss scale (a step with a non-finite gradient is
+// skipped everywhere), clipping by the global norm, and layer-wise optimizers (Lamb's trust
+// ratio per tensor). Then each replica reduces its slice into a shared buffer with its share
+// of the squared norm, and the sync adds the shares in replica order, so all take the same
+// decision.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "strata/comm/thread_communicator.hpp"
+#include "strata/core/aligned_buffer.hpp"
+#include "strata/nn/layer.hpp"
+#include "strata/optim/optimizer.hpp"
+
+namespace strata::train {
+
+// The part of one parameter tensor inside one replica's owned slice.
+struct Piece {
+  std::size_t begin = 0, end = 0;
+  std::size_t tensor = 0;  // its index in Model::parameter_tensors()
+  bool decay = true;       // the optimizer's weight decay applies to it
+};
+
+// The pieces of `tensors` inside `mine`, in arena order: what every device's update walks.
+template <class Opt>
+std::vector<Piece> plan_pieces(std::vector<nn::ParameterTensor> const& tensors, comm::Slice mine, Opt const& optimizer) {
+  std::vector<Piece> pieces;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    std::size_t const begin = std::max(tensors[t].offset, mine.begin);
+    std::size_t const end = std::min(tensors[t].offset + nn::element_count(tensors[t].shape), mine.end);
+    bool decay = true;
+    if constexpr (requires { optimizer.decays(tensors[t].name); }) decay = optimizer.decays(tensors[t].name);
+    if (begin < end) pieces.push_back({begin, end, t, decay});
+  }
+  return pieces;
+}
+
+// Four partial sums in a fixed order: the same result every run, and vectorizable.
+inline double sum_of_squares(float const* x, std::size_t n) {
+  double part[4] = {0.0, 0.0, 0.0, 0.0};
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (std::size_t k = 0; k < 4; ++k) part[k] += double(x[i + k]) * double(x[i + k]);
+  for (; i < n; ++i) part[0] += double(x[i]) * double(x[i]);
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+// The decision taken on the whole gradient's squared norm (train/step_progress.hpp).
+struct UpdateDecision {
+  bool apply = true;
+  float factor = 1.0f;
+};
+
+// On the CPU: one shared copy of the weights and the optimizer state, each replica
+// writing only its slice of them.
+template <optim::Optimizer Opt, int Replicas>
+class SliceUpdate {
+ public:
+  static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
+  static constexpr std::size_t chunk_floats = 2048;  // 8 KiB: reduced and updated while in L1
+
+  // `slice(r)`: the slice replica r owns. `whole_gradient_first`: a global decision is taken
+  // on the whole reduced gradient before any weight moves.
+  template <class SliceOf>
+  SliceUpdate(Opt const& optimizer, std::vector<nn::ParameterTensor> const& tensors, std::size_t arena,
+              SliceOf&& slice, bool whole_gradient_first)
+      : optimizer_(optimizer), state_(optimizer.make_state(arena)), whole_gradient_first_(whole_gradient_first || layerwise) {
+    optimizer_.validate();
+    for (int r = 0; r < Replicas; ++r) {
+      pieces_[std::size_t(r)] = plan_pieces(tensors, slice(r), optimizer_);
+      scratch_[std::size_t(r)] = AlignedBuffer(chunk_floats);
+      if constexpr (layerwise) tensor_shares_[std::size_t(r)].resize(tensors.size());
+    }
+    if (whole_gradient_first_) reduced_ = AlignedBuffer(arena);
+  }
+
+  // Replica r's update of its slice of `weights`. `decide(squared_norm)` (called only when
+  // the whole gradient is seen first) says whether to apply and by what factor to clip.
+  // Returns the floats of gradient it reduced.
+  template <class Sync, class Decide>
+  std::int64_t run(int r, Sync& sync, float* weights, float scale, std::int64_t step, Decide&& decide) {
+    std::int64_t reduced_floats = 0;
+    for (Piece const& piece : pieces_[std::size_t(r)]) reduced_floats += std::int64_t(piece.end - piece.begin);
+    auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
+    auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
+    if (!whole_gradient_first_) {  // fused: reduce a chunk, update it while it is in cache
+      float* reduced = scratch_[std::size_t(r)].data();
+      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+        sync.reduce(r, begin, count, scale, reduced);
+        optimizer_.update(slice_of(begin, count), std::span<float const>(reduced, count), state_, begin, info(piece));
+      });
+      return reduced_floats;
+    }
+    double squares = 0.0;
+    for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const&) {
+      float* out = reduced_.data() + begin;
+      sync.reduce(r, begin, count, scale, out);
+      squares += sum_of_squares(out, count);
+    });
+    UpdateDecision const decision = decide(sync.sum(r, squares));
+    if (!decision.apply) return reduced_floats;  // skipped on every replica alike
+    float const factor = decision.factor;
+    auto gradient = [&](std::size_t begin, std::size_t count) {
+      float* g = reduced_.data() + begin;
+      if (factor != 1.0f)
+        for (std::size_t i = 0; i < count; ++i) g[i] *= factor;
+      return std::span<float const>(g, count);
+    };
+    if constexpr (layerwise) {
+      auto& shares = tensor_shares_[std::size_t(r)];
+      std::fill(shares.begin(), shares.end(), optim::NormShares{});
+      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+        shares[piece.tensor] += optimizer_.moments(slice_of(begin, count), gradient(begin, count), state_, begin, info(piece));
+      });
+      sync.barrier(r);
+      for (Piece const& piece : pieces_[std::size_t(r)]) {
+        optim::NormShares tensor;
+        for (auto const& replica : tensor_shares_) tensor += replica[piece.tensor];  // replica order
+        optimizer_.apply(slice_of(piece.begin, piece.end - piece.begin), state_, piece.begin, info(piece),
+                         Opt::trust_ratio(tensor));
+      }
+    } else {
+      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+        optimizer_.update(slice_of(begin, count), gradient(begin, count), state_, begin, info(piece));
+      });
+    }
+    return reduced_floats;
+  }
+
+  [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
+  [[nodiscard]] typename Opt::State& state() { return state_; }
+  [[nodiscard]] typename Opt::State const& state() const { return state_; }
+
+ private:
+  // Calls f(begin, count, piece) for each chunk of replica r's pieces.
+  template <class F>
+  void for_each_chunk(int r, F&& f) {
+    for (Piece const& piece : pieces_[std::size_t(r)])
+      for (std::size_t begin = piece.begin; begin < piece.end; begin += chunk_floats)
+        f(begin, std::min(chunk_floats, piece.end - begin), piece);
+  }
+
+  Opt optimizer_;
+  typename Opt::State state_;
+  bool whole_gradient_first_;
+  std::array<std::vector<Piece>, Replicas> pieces_;
+  std::array<AlignedBuffer, Replicas> scratch_;
+  AlignedBuffer reduced_;  // the reduced gradient, when reduced before updating
+  std::array<std::vector<optim::NormShares>, Replicas> tensor_shares_;  // Lamb: per tensor, per replica
+};
+
+}  // namespace strata::train
