@@ -73,6 +73,30 @@ TEST_CASE("NVRTC compiles every kernel for sm_75, sm_80 and sm_90 without a GPU"
   }
 }
 
+TEST_CASE("NVRTC compiles the kernel modules of layers (LayerNorm, Residual) for sm_75, sm_80 and sm_90") {
+  for (cuda::KernelModule const* module : {&nn::layer_norm_kernels, &nn::residual_kernels}) {
+    for (int arch : {75, 80, 90}) {
+      CAPTURE(arch);
+      CAPTURE(module->name);
+      auto const compiled = cuda::compile_kernels(arch, {{}, false}, module->source, module->name);
+      REQUIRE(compiled.cubin.size() > 4);
+      CHECK(std::memcmp(compiled.cubin.data(), "\x7f" "ELF", 4) == 0);
+      for (char const* name : module->kernels) {
+        CAPTURE(name);
+        CHECK(contains(compiled.cubin, name));
+      }
+    }
+  }
+  // A module that does not compile names itself.
+  std::string_view const broken = "extern \"C\" __global__ void f() { undeclared(); }";
+  try {
+    (void)cuda::compile_kernels(90, {{}, false}, broken, "MyLayer");
+    FAIL("compiled");
+  } catch (DeviceError const& e) {
+    CHECK(std::string(e.what()).find("NVRTC: compiling the MyLayer kernels for sm_90 failed") != std::string::npos);
+  }
+}
+
 TEST_CASE("the kernel cache returns the same binary, and a damaged file is compiled again and replaced") {
   TempDir dir;
   cuda::KernelCacheOptions const cache{dir.path, true};
@@ -284,6 +308,24 @@ TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same we
   auto const gpu = train_copy<OneDevice, Cuda>(model, optimizer, 2);
   CHECK(max_difference(cpu, gpu) < 2e-4);
   CHECK(max_difference(cpu, model.parameters()) > 1e-3);  // it trained
+}
+
+namespace {
+using Normed = Sequential<Dense<20, 32>, LayerNorm, Residual<Sequential<Dense<32, 48>, Gelu, Dense<48, 32>>>, Dense<32, 5>>;
+template <class... Ps>
+std::vector<float> train_normed() {
+  Normed model(23);
+  Trainer<Ps...> trainer;
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, synthetic(192, 7), {.epochs = 2, .batch_size = 64, .seed = 3});
+  return {model.parameters().begin(), model.parameters().end()};
+}
+}  // namespace
+
+TEST_CASE("gpu: LayerNorm and Residual (their own kernel modules) train as on the CPU") {
+  auto const cpu = train_normed<OneDevice>();
+  CHECK(max_difference(cpu, train_normed<OneDevice, Cuda>()) < 2e-4);
+  CHECK(max_difference(cpu, train_normed<Mirrored<2>, Cuda>()) < 2e-4);
+  CHECK(max_difference(cpu, Normed(23).parameters()) > 1e-3);  // it trained
 }
 
 TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping, GradAccum and Lamb as on the CPU") {

@@ -129,3 +129,67 @@ TEST_CASE("bad input to a model gets a ShapeError or DataError naming the value"
   CHECK_THROWS_WITH_AS(Dropout{1.0f}.initialize(nullptr, 1, rng),
                        "Dropout: rate 1 is outside [0, 1); use e.g. Dropout{0.2f}", ConfigError);
 }
+
+// LayerNorm and Residual: the layers added on the layer protocol (own scratch, own math).
+TEST_CASE("LayerNorm's and Residual's backward match central differences") {
+  Sequential<Dense<5, 6>, LayerNorm, Tanh, Dense<6, 4>> normed(11);
+  check_gradients(normed, random_matrix(5, 7, 1), labels({0, 1, 2, 3, 0, 1, 2}), SoftmaxCrossEntropy{}, {});
+  // gamma and beta away from 1 and 0, so their gradients are not a special case
+  auto p = normed.parameters();
+  for (int i = 0; i < 12; ++i) p[decltype(normed)::offsets[1] + std::size_t(i)] = 0.5f + 0.1f * float(i);
+  check_gradients(normed, random_matrix(5, 7, 2), labels({0, 1, 2, 3, 0, 1, 2}), SoftmaxCrossEntropy{}, {});
+
+  // A skip connection around a block that itself holds a LayerNorm; the first layer a Residual.
+  using Block = Sequential<Dense<6, 8>, Gelu, Dense<8, 6>, LayerNorm>;
+  Sequential<Residual<Block>, Relu, Residual<Sequential<Dense<6, 6>, Relu>>, Dense<6, 4>> skip(12);
+  check_gradients(skip, random_matrix(6, 7, 3), labels({0, 1, 2, 3, 0, 1, 2}), SoftmaxCrossEntropy{}, {});
+  Sequential<Dense<5, 6>, Residual<Block>, Dense<6, 3>> inside(13);
+  check_gradients(inside, random_matrix(5, 4, 4), random_matrix(3, 4, 5), MeanSquaredError{}, {});
+}
+
+TEST_CASE("LayerNorm normalises each column (closed form) and Residual adds its input to its block's output") {
+  Sequential<Dense<4, 6>, LayerNorm> normed(3);
+  Matrix const x = random_matrix(4, 5, 6, 3.0f);
+  Matrix const y = normed.predict(x);
+  auto const p = normed.parameters();
+  Eigen::Map<Matrix const> w(p.data(), 6, 4);
+  Eigen::Map<Vector const> b(p.data() + 24, 6);
+  Matrix const h = (w * x).colwise() + b;
+  for (int j = 0; j < 5; ++j) {
+    double const mean = h.col(j).cast<double>().mean();
+    double const var = (h.col(j).cast<double>().array() - mean).square().mean();
+    Vector const expected = ((h.col(j).cast<double>().array() - mean) / std::sqrt(var + 1e-5)).cast<float>();
+    CHECK((y.col(j) - expected).cwiseAbs().maxCoeff() < 1e-5f);
+    CHECK(std::abs(y.col(j).mean()) < 1e-5f);
+  }
+
+  // Residual<Block> against the block alone with the same weights: y = x + block(x).
+  using Block = Sequential<Dense<6, 8>, Gelu, Dense<8, 6>>;
+  Sequential<Residual<Block>> skip(4);
+  Block block(0);
+  std::copy_n(skip.parameters().data(), Block::arena_size, block.parameters().data());
+  Matrix const input = random_matrix(6, 9, 7);
+  CHECK((skip.predict(input) - (input + block.predict(input))).cwiseAbs().maxCoeff() < 1e-6f);
+  CHECK(decltype(skip)::parameter_count == Block::parameter_count);
+}
+
+TEST_CASE("LayerNorm and Residual name their parameters for checkpoints and check their configuration") {
+  using Model = Sequential<Dense<4, 6>, LayerNorm, Residual<Sequential<Dense<6, 3>, Relu, Dense<3, 6>>>, Dense<6, 2>>;
+  auto const tensors = Model::parameter_tensors();
+  std::vector<std::string> names;
+  for (auto const& t : tensors) names.push_back(t.name);
+  CHECK(names == std::vector<std::string>{"dense_0/kernel", "dense_0/bias", "layer_norm_1/gamma", "layer_norm_1/beta",
+                                          "residual_2/dense_0/kernel", "residual_2/dense_0/bias",
+                                          "residual_2/dense_2/kernel", "residual_2/dense_2/bias", "dense_3/kernel",
+                                          "dense_3/bias"});
+  CHECK(tensors[2].offset == Model::offsets[1]);
+  CHECK(tensors[4].offset == Model::offsets[2]);
+  CHECK(Model::parameter_count == 4 * 6 + 6 + 12 + (6 * 3 + 3 + 3 * 6 + 6) + 6 * 2 + 2);
+  Model model(1);
+  CHECK(model.parameters()[Model::offsets[1]] == 1.0f);  // gamma starts at 1
+  CHECK(model.parameters()[Model::offsets[1] + 6] == 0.0f);  // beta at 0
+  using Bad = Sequential<Dense<4, 6>, LayerNorm>;
+  CHECK_THROWS_WITH_AS(Bad(1, {}, LayerNorm{.epsilon = 0.0f}),
+                       "LayerNorm: epsilon 0 must be a finite number > 0; use e.g. LayerNorm{.epsilon = 1e-5f}",
+                       ConfigError);
+}

@@ -9,3 +9,5 @@
 #include "strata/cuda/kernels.hpp"
 #include "strata/cuda/runtime.hpp"
 #include "strata/cuda/step_runner.hpp"
+#include "strata/nn/layer_norm_cuda.hpp"
+#include "strata/nn/residual_cuda.hpp"

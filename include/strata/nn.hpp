@@ -2,10 +2,13 @@
 // Models: layers, Sequential, losses, metrics.
 
 #include "strata/nn/activation.hpp"
+#include "strata/nn/chain.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/nn/dropout.hpp"
 #include "strata/nn/init.hpp"
 #include "strata/nn/layer.hpp"
+#include "strata/nn/layer_norm.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/nn/metric.hpp"
+#include "strata/nn/residual.hpp"
 #include "strata/nn/sequential.hpp"

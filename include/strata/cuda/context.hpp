@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strata/core/error.hpp"
@@ -85,6 +86,30 @@ class Context {
     check(cudaLaunchKernel(reinterpret_cast<void const*>((*kernels_)[k]), dim3(unsigned(blocks)), dim3(block_threads),
                            argv, 0, stream()),
           kernel_names[int(k)]);
+  }
+
+  // Kernel `index` of a module (a layer's own kernels, cuda/kernels.hpp's KernelModule):
+  // over n items as launch() does, or on `blocks` blocks. The module is loaded on this
+  // context's first launch of it (reserve() may do that ahead), then found in a short list.
+  template <class... Args>
+  void launch(KernelModule const& module, std::size_t index, std::int64_t n, Args... args) {
+    if (n <= 0) return;
+    auto const blocks = std::min<std::int64_t>((n + block_threads - 1) / block_threads, max_blocks_);
+    launch_blocks(module, index, int(blocks), args...);
+  }
+  template <class... Args>
+  void launch_blocks(KernelModule const& module, std::size_t index, int blocks, Args... args) {
+    void* argv[] = {static_cast<void*>(&args)...};
+    check(cudaLaunchKernel(reinterpret_cast<void const*>(library(module)[index]), dim3(unsigned(blocks)),
+                           dim3(block_threads), argv, 0, stream()),
+          module.kernels[index]);
+  }
+  KernelLibrary const& library(KernelModule const& module) {
+    for (auto const& [m, library] : modules_)
+      if (m == &module) return *library;
+    DeviceScope const on(device_);
+    modules_.emplace_back(&module, &KernelLibrary::for_module(module, info_.arch()));
+    return *modules_.back().second;
   }
 
   // c = alpha * op(a) * op(b) + beta * c, column-major, in this context's GemmPrecision.
@@ -215,6 +240,7 @@ class Context {
   GemmPrecision precision_ = GemmPrecision::fp32;
   Stream stream_;
   KernelLibrary const* kernels_ = nullptr;
+  std::vector<std::pair<KernelModule const*, KernelLibrary const*>> modules_;  // loaded on first use
   cublasHandle_t cublas_ = nullptr;
   int max_blocks_ = 1;
   DeviceBuffer<std::uint16_t> half_a_, half_b_;  // 16-bit copies of GEMM factors

@@ -21,9 +21,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "strata/core/error.hpp"
@@ -119,7 +121,7 @@ inline bool looks_like_elf(std::vector<char> const& bytes) {
 
 // Compiles `source` for sm_<arch> into a cubin, or reads it from the disk cache. Needs no GPU.
 inline CompiledKernels compile_kernels(int arch, KernelCacheOptions const& cache = {},
-                                       std::string_view source = kernel_source) {
+                                       std::string_view source = kernel_source, std::string_view module = "strata") {
   auto const options = detail::nvrtc_options(arch);
   std::string key_text(source);
   for (auto const& o : options) key_text += "\n" + o;
@@ -151,7 +153,8 @@ inline CompiledKernels compile_kernels(int arch, KernelCacheOptions const& cache
     nvrtcGetProgramLogSize(program, &log_size);
     std::string log(log_size, '\0');
     if (log_size) nvrtcGetProgramLog(program, log.data());
-    throw DeviceError(strata::detail::message("NVRTC: compiling strata's kernels for sm_", arch, " failed (",
+    std::string const whose = module == "strata" ? std::string("strata's") : "the " + std::string(module);
+    throw DeviceError(strata::detail::message("NVRTC: compiling ", whose, " kernels for sm_", arch, " failed (",
                                               nvrtcGetErrorString(rc), "):\n", log));
   }
   std::size_t size = 0;
@@ -162,25 +165,40 @@ inline CompiledKernels compile_kernels(int arch, KernelCacheOptions const& cache
   return result;
 }
 
-// The kernels loaded for one architecture. A cudaLibrary_t is not tied to one device's
-// context: its kernels launch on whichever device of that architecture is current.
+// Kernels outside strata's own list: a layer's, in a header beside the layer
+// (nn/layer_norm_cuda.hpp). `source` is CUDA C++ for NVRTC, `kernels` the names of its
+// extern "C" __global__ functions. A module is an `inline constexpr` object, loaded once
+// per architecture on first use and cached on disk like strata's own kernels.
+struct KernelModule {
+  std::string_view name;  // for messages: "LayerNorm"
+  std::string_view source;
+  std::span<char const* const> kernels;
+};
+
+// Kernels loaded for one architecture: strata's own list, or a module's. A cudaLibrary_t is
+// not tied to one device's context: its kernels launch on whichever device of that
+// architecture is current.
 class KernelLibrary {
  public:
-  explicit KernelLibrary(int arch, KernelCacheOptions const& cache = {}) {
-    CompiledKernels compiled = compile_kernels(arch, cache);
+  explicit KernelLibrary(int arch, KernelCacheOptions const& cache = {})
+      : KernelLibrary(arch, {"strata", kernel_source, std::span<char const* const>(kernel_names)}, cache) {}
+  KernelLibrary(int arch, KernelModule const& module, KernelCacheOptions const& cache = {}) {
+    CompiledKernels compiled = compile_kernels(arch, cache, module.source, module.name);
     if (cudaLibraryLoadData(&library_, compiled.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0) != cudaSuccess) {
       (void)cudaGetLastError();
-      if (!compiled.from_cache) throw DeviceError(strata::detail::message("CUDA: loading strata's kernels for sm_", arch, " failed"));
+      if (!compiled.from_cache)
+        throw DeviceError(strata::detail::message("CUDA: loading the ", module.name, " kernels for sm_", arch, " failed"));
       KernelCacheOptions fresh = cache;  // a damaged cache file: compile again and replace it
       fresh.use_cache = false;
       auto const damaged = compiled.cache_file;
-      compiled = compile_kernels(arch, fresh);
+      compiled = compile_kernels(arch, fresh, module.source, module.name);
       detail::write_file_atomically(damaged, compiled.cubin);
       check(cudaLibraryLoadData(&library_, compiled.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
             "cudaLibraryLoadData");
     }
-    for (int k = 0; k < int(Kernel::count_); ++k)
-      check(cudaLibraryGetKernel(&kernels_[std::size_t(k)], library_, kernel_names[k]), kernel_names[k]);
+    kernels_.resize(module.kernels.size());
+    for (std::size_t k = 0; k < kernels_.size(); ++k)
+      check(cudaLibraryGetKernel(&kernels_[k], library_, module.kernels[k]), module.kernels[k]);
   }
   KernelLibrary(KernelLibrary const&) = delete;
   KernelLibrary& operator=(KernelLibrary const&) = delete;
@@ -189,20 +207,24 @@ class KernelLibrary {
   }
 
   [[nodiscard]] cudaKernel_t operator[](Kernel k) const { return kernels_[std::size_t(k)]; }
+  [[nodiscard]] cudaKernel_t operator[](std::size_t k) const { return kernels_[k]; }
 
-  // One library per architecture for the whole process, made on first use.
-  static KernelLibrary const& for_arch(int arch) {
+  // One library per architecture (and module) for the whole process, made on first use.
+  static KernelLibrary const& for_arch(int arch) { return cached(arch, nullptr); }
+  static KernelLibrary const& for_module(KernelModule const& module, int arch) { return cached(arch, &module); }
+
+ private:
+  static KernelLibrary const& cached(int arch, KernelModule const* module) {
     static std::mutex mutex;
-    static std::map<int, std::unique_ptr<KernelLibrary>> libraries;
+    static std::map<std::pair<KernelModule const*, int>, std::unique_ptr<KernelLibrary>> libraries;
     std::lock_guard const lock(mutex);
-    auto& slot = libraries[arch];
-    if (!slot) slot = std::make_unique<KernelLibrary>(arch);
+    auto& slot = libraries[{module, arch}];
+    if (!slot) slot = module ? std::make_unique<KernelLibrary>(arch, *module) : std::make_unique<KernelLibrary>(arch);
     return *slot;
   }
 
- private:
   cudaLibrary_t library_ = nullptr;
-  std::array<cudaKernel_t, std::size_t(Kernel::count_)> kernels_{};
+  std::vector<cudaKernel_t> kernels_;
 };
 
 }  // namespace strata::cuda

@@ -20,7 +20,6 @@ struct Dense {
   static constexpr int input_width = In;
   static constexpr int output_width(int) { return Out; }
   static constexpr std::size_t parameter_count(int) { return std::size_t(In) * Out + Out; }
-  static constexpr bool uses_aux = false;
   static std::string name() { return "Dense<" + std::to_string(In) + ", " + std::to_string(Out) + ">"; }
   // Checkpoint names follow Keras: the kernel is (In, Out) row-major, which is exactly the
   // arena's column-major Out x In block, so it is written and read without a transpose.
@@ -35,13 +34,13 @@ struct Dense {
   }
 
   template <Backend B>
-  void forward(float const* params, ConstMatrixView x, MatrixView y, MatrixView, ForwardContext const&) const {
+  void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
     B::gemm(Transpose::no, Transpose::no, 1.0f, weights(params), x, 0.0f, y);
     B::add_bias(y, params + std::size_t(In) * Out);
   }
 
   template <Backend B>
-  void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView, ConstMatrixView,
+  void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView, Scratch,
                 ConstMatrixView dy, MatrixView dx, bool accumulate) const {
     float const beta = accumulate ? 1.0f : 0.0f;
     B::gemm(Transpose::no, Transpose::yes, 1.0f, dy, x, beta, MatrixView{grads, Out, In});

@@ -3,6 +3,7 @@
 // by 1/(1-rate); at inference it is the identity. The mask of a sample depends only on the
 // step seed and the sample's position in the global batch, so any sharding draws the same mask.
 
+#include <array>
 #include <string>
 
 #include "strata/core/backend.hpp"
@@ -17,7 +18,8 @@ struct Dropout {
   static constexpr int input_width = any_width;
   static constexpr int output_width(int width) { return width; }
   static constexpr std::size_t parameter_count(int) { return 0; }
-  static constexpr bool uses_aux = true;  // the mask
+  // The mask, kept from forward for backward.
+  static constexpr std::array<ScratchBuffer, 1> scratch(int width, int columns) { return {{{width, columns}}}; }
   static std::string name() { return "Dropout"; }
 
   void initialize(float*, int, Rng&) const {
@@ -26,16 +28,16 @@ struct Dropout {
   }
 
   template <Backend B>
-  void forward(float const*, ConstMatrixView x, MatrixView y, MatrixView mask, ForwardContext const& context) const {
-    if (context.training && rate > 0.0f) B::dropout(x, y, mask, rate, context.seed, context.first_sample);
+  void forward(float const*, ConstMatrixView x, MatrixView y, Scratch mask, ForwardContext const& context) const {
+    if (context.training && rate > 0.0f) B::dropout(x, y, mask[0], rate, context.seed, context.first_sample);
     else B::copy(x, y);
   }
   // Backward only runs after a training forward pass, which wrote the mask (or copied when rate == 0).
   template <Backend B>
-  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, ConstMatrixView mask, ConstMatrixView dy,
+  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch mask, ConstMatrixView dy,
                 MatrixView dx, bool) const {
     if (dx.data == nullptr) return;
-    if (rate > 0.0f) B::multiply(dy, mask, dx);
+    if (rate > 0.0f) B::multiply(dy, mask[0], dx);
     else B::copy(dy, dx);
   }
 };

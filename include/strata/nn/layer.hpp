@@ -1,9 +1,12 @@
 #pragma once
-// The Layer concept: what a type must provide to be a layer of a Sequential.
+// The Layer concept: what a type must provide to be a layer of a Sequential (or of a
+// Residual block), and the scratch buffers a layer may declare.
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,25 +40,65 @@ inline std::size_t element_count(std::vector<std::int64_t> const& shape) {
   return count;
 }
 
-// Requires:
-//   L::input_width       fixed input width, or any_width when the layer takes its width from the previous one
-//   L::output_width(w)   output width for input width w (constexpr)
-//   L::parameter_count(w) number of floats of parameters for input width w (constexpr)
-//   L::uses_aux          whether the layer keeps a per-replica buffer of the output's shape (dropout's mask)
-//   L::name()            a readable name for messages ("Dense<784, 256>")
-//   l.initialize(params, w, rng), l.forward<B>(...), l.backward<B>(...) as in Dense.
-//   A layer with parameters also names them for checkpoints: L::kind ("dense") and
-//   L::parameter_tensors(w), a list of ParameterTensor covering all its parameters.
-// Ensures: forward writes y from x alone; backward writes d(params) (overwriting, or adding
-// when `accumulate`) and, when dx.data != nullptr, dx.
+// One buffer a layer asks its workspace for: `rows` × (`columns_per_sample` × samples).
+//   kept        written by forward, read by backward (dropout's mask): under mixed precision
+//               stored in the 16-bit compute type
+//   kept_float  the same, always stored in float (per-sample statistics such as a norm's 1/sigma)
+//   temporary   used within one forward or one backward call only (a block's gradients)
+struct ScratchBuffer {
+  enum class Keep : std::uint8_t { kept, kept_float, temporary };
+  int rows = 0;
+  int columns_per_sample = 1;
+  Keep keep = Keep::kept;
+};
+
+// The views of a layer's scratch buffers for the current batch, in the order it declared them.
+using Scratch = std::span<MatrixView const>;
+
+// A layer's scratch buffers for input width `width` and `columns` columns per sample: its
+// `L::scratch(width, columns)`, or none.
 template <class L>
-concept Layer = requires(L const& layer, float* p, Rng& rng) {
+constexpr auto scratch_of(int width, int columns) {
+  if constexpr (requires { L::scratch(width, columns); }) return L::scratch(width, columns);
+  else return std::array<ScratchBuffer, 0>{};
+}
+template <class L>
+inline constexpr std::size_t scratch_count = scratch_of<L>(1, 1).size();
+
+// Columns per sample of a layer's output for `columns` per sample of its input: a layer
+// that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
+template <class L>
+constexpr int output_columns_of(int columns) {
+  if constexpr (requires { L::output_columns(columns); }) return L::output_columns(columns);
+  else return columns;
+}
+
+// Requires:
+//   L::input_width        fixed input width, or any_width when the layer takes its width from the previous one
+//   L::output_width(w)    output width for input width w (constexpr)
+//   L::parameter_count(w) number of floats of parameters for input width w (constexpr)
+//   L::name()             a readable name for messages ("Dense<784, 256>")
+//   l.initialize(params, w, rng)
+//   l.forward<B>(params, x, y, scratch, context)            y from x; may write its kept scratch
+//   l.backward<B>(params, grads, x, y, scratch, dy, dx, accumulate)
+//                         d(params) written (or added when `accumulate`) and, when dx.data
+//                         != nullptr, dx; reads what forward kept
+//   B is the device's backend (core/backend.hpp); a layer's own math for a device sits
+//   beside the layer, selected by B (see Relu's ReluMath<B>).
+// Optional:
+//   L::scratch(w, columns)      a std::array of ScratchBuffer (default: none)
+//   L::output_columns(columns)  columns per sample of the output (default: those of the input)
+//   L::kind, L::parameter_tensors(w)  the names of its parameters (required when it has any)
+template <class L>
+concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
+                         Scratch scratch, ForwardContext const& context) {
   { L::input_width } -> std::convertible_to<int>;
   { L::output_width(1) } -> std::convertible_to<int>;
   { L::parameter_count(1) } -> std::convertible_to<std::size_t>;
-  { L::uses_aux } -> std::convertible_to<bool>;
   { L::name() } -> std::convertible_to<std::string>;
   layer.initialize(p, 1, rng);
+  layer.template forward<CpuBackend>(cp, x, y, scratch, context);
+  layer.template backward<CpuBackend>(cp, p, x, x, scratch, x, y, true);
 };
 
 // Shape-preserving layers without parameters share this.
@@ -63,7 +106,6 @@ struct ParameterFreeLayer {
   static constexpr int input_width = any_width;
   static constexpr int output_width(int width) { return width; }
   static constexpr std::size_t parameter_count(int) { return 0; }
-  static constexpr bool uses_aux = false;
   void initialize(float*, int, Rng&) const {}
 };
 
