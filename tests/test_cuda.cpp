@@ -196,25 +196,25 @@ TEST_CASE("gpu: every element-wise function, loss and metric against the CPU bac
     CHECK(max_relative_error(got.host(), want) <= tolerance);
   };
   SUBCASE("activations") {
-    run([&](Matrix& y) { CpuBackend::relu(view(x), view(y)); }, [&](MatrixView y) { CudaBackend::relu(dx_in.view(), y); }, 0);
-    run([&](Matrix& y) { CpuBackend::relu_backward(view(x), view(dy), view(y)); },
-        [&](MatrixView y) { CudaBackend::relu_backward(dx_in.view(), ddy.view(), y); }, 0);
-    run([&](Matrix& y) { CpuBackend::tanh(view(x), view(y)); }, [&](MatrixView y) { CudaBackend::tanh(dx_in.view(), y); }, 1e-6);
-    run([&](Matrix& y) { CpuBackend::tanh_backward(view(x), view(dy), view(y)); },
-        [&](MatrixView y) { CudaBackend::tanh_backward(dx_in.view(), ddy.view(), y); }, 1e-6);
-    run([&](Matrix& y) { CpuBackend::gelu(view(x), view(y)); }, [&](MatrixView y) { CudaBackend::gelu(dx_in.view(), y); }, 1e-6);
-    run([&](Matrix& y) { CpuBackend::gelu_backward(view(x), view(dy), view(y)); },
-        [&](MatrixView y) { CudaBackend::gelu_backward(dx_in.view(), ddy.view(), y); }, 1e-6);
-    run([&](Matrix& y) { CpuBackend::multiply(view(x), view(dy), view(y)); },
-        [&](MatrixView y) { CudaBackend::multiply(dx_in.view(), ddy.view(), y); }, 0);
+    run([&](Matrix& y) { nn::ActivationMath<CpuBackend>::relu(view(x), view(y)); }, [&](MatrixView y) { nn::ActivationMath<CudaBackend>::relu(dx_in.view(), y); }, 0);
+    run([&](Matrix& y) { nn::ActivationMath<CpuBackend>::relu_backward(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { nn::ActivationMath<CudaBackend>::relu_backward(dx_in.view(), ddy.view(), y); }, 0);
+    run([&](Matrix& y) { nn::ActivationMath<CpuBackend>::tanh(view(x), view(y)); }, [&](MatrixView y) { nn::ActivationMath<CudaBackend>::tanh(dx_in.view(), y); }, 1e-6);
+    run([&](Matrix& y) { nn::ActivationMath<CpuBackend>::tanh_backward(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { nn::ActivationMath<CudaBackend>::tanh_backward(dx_in.view(), ddy.view(), y); }, 1e-6);
+    run([&](Matrix& y) { nn::ActivationMath<CpuBackend>::gelu(view(x), view(y)); }, [&](MatrixView y) { nn::ActivationMath<CudaBackend>::gelu(dx_in.view(), y); }, 1e-6);
+    run([&](Matrix& y) { nn::ActivationMath<CpuBackend>::gelu_backward(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { nn::ActivationMath<CudaBackend>::gelu_backward(dx_in.view(), ddy.view(), y); }, 1e-6);
+    run([&](Matrix& y) { nn::DropoutMath<CpuBackend>::multiply(view(x), view(dy), view(y)); },
+        [&](MatrixView y) { nn::DropoutMath<CudaBackend>::multiply(dx_in.view(), ddy.view(), y); }, 0);
     run([&](Matrix& y) { y = x; CpuBackend::add_bias(view(y), bias.data()); },
         [&](MatrixView y) { CudaBackend::copy(dx_in.view(), y); CudaBackend::add_bias(y, dbias.buffer.data()); }, 0);
   }
   SUBCASE("dropout draws the CPU's masks exactly") {
     Matrix mask(rows, cols), y(rows, cols);
     DeviceMatrixCopy dmask(mask), dyo(y);
-    CpuBackend::dropout(view(x), view(y), view(mask), 0.3f, 1234, 77);
-    CudaBackend::dropout(dx_in.view(), dyo.view(), dmask.view(), 0.3f, 1234, 77);
+    nn::DropoutMath<CpuBackend>::dropout(view(x), view(y), view(mask), 0.3f, 1234, 77);
+    nn::DropoutMath<CudaBackend>::dropout(dx_in.view(), dyo.view(), dmask.view(), 0.3f, 1234, 77);
     CHECK(dmask.host() == mask);
     CHECK(dyo.host() == y);
   }
@@ -235,18 +235,18 @@ TEST_CASE("gpu: every element-wise function, loss and metric against the CPU bac
     DeviceMatrixCopy dlabels(labels);
     Matrix want(rows, cols);
     DeviceMatrixCopy got(want);
-    double const loss = CpuBackend::softmax_cross_entropy(view(x), view(labels), view(want), 0.5f);
-    double const gpu_loss = CudaBackend::softmax_cross_entropy(dx_in.view(), dlabels.view(), got.view(), 0.5f);
+    double const loss = nn::LossMath<CpuBackend>::softmax_cross_entropy(view(x), view(labels), view(want), 0.5f);
+    double const gpu_loss = nn::LossMath<CudaBackend>::softmax_cross_entropy(dx_in.view(), dlabels.view(), got.view(), 0.5f);
     CHECK(gpu_loss == doctest::Approx(loss).epsilon(1e-6));
     CHECK(max_relative_error(got.host(), want) < 1e-6);
-    CHECK(CudaBackend::count_correct(dx_in.view(), dlabels.view()) == CpuBackend::count_correct(view(x), view(labels)));
-    double const mse = CpuBackend::mean_squared_error(view(x), view(dy), view(want), 2.0f);
-    CHECK(CudaBackend::mean_squared_error(dx_in.view(), ddy.view(), got.view(), 2.0f) == doctest::Approx(mse).epsilon(1e-5));
+    CHECK(nn::AccuracyMath<CudaBackend>::count_correct(dx_in.view(), dlabels.view()) == nn::AccuracyMath<CpuBackend>::count_correct(view(x), view(labels)));
+    double const mse = nn::LossMath<CpuBackend>::mean_squared_error(view(x), view(dy), view(want), 2.0f);
+    CHECK(nn::LossMath<CudaBackend>::mean_squared_error(dx_in.view(), ddy.view(), got.view(), 2.0f) == doctest::Approx(mse).epsilon(1e-5));
     CHECK(max_relative_error(got.host(), want) < 1e-6);
     label_values[17] = 10.0f;
     label_values[40] = 2.5f;
     DeviceMatrixCopy bad(labels_row(label_values));
-    CHECK_THROWS_WITH_AS(CudaBackend::softmax_cross_entropy(dx_in.view(), bad.view(), got.view(), 1.0f),
+    CHECK_THROWS_WITH_AS(nn::LossMath<CudaBackend>::softmax_cross_entropy(dx_in.view(), bad.view(), got.view(), 1.0f),
                          "SoftmaxCrossEntropy: label 10 of sample 17 in this batch is not a class index in [0, 10)",
                          DataError);
   }

@@ -43,7 +43,7 @@ TEST_CASE("MeanSquaredError's backward matches central differences") {
 TEST_CASE("losses agree with closed forms") {
   Matrix zeros = Matrix::Zero(4, 3), d(4, 3);
   // Equal logits: the loss is log(C) per sample, the gradient softmax - onehot = 1/C - [label].
-  double const sce = CpuBackend::softmax_cross_entropy(view(zeros), view(labels({0, 3, 1})), view(d), 1.0f);
+  double const sce = nn::LossMath<CpuBackend>::softmax_cross_entropy(view(zeros), view(labels({0, 3, 1})), view(d), 1.0f);
   CHECK(sce == doctest::Approx(3 * std::log(4.0)));
   CHECK(d(0, 0) == doctest::Approx(0.25 - 1.0));
   CHECK(d(1, 0) == doctest::Approx(0.25));
@@ -51,11 +51,11 @@ TEST_CASE("losses agree with closed forms") {
   prediction << 1, 2, 3, 4;
   target << 0, 2, 1, 1;
   // Per sample: mean over the 2 features of the squared error; sample 0: (1 + 4)/2, sample 1: (0 + 9)/2.
-  CHECK(CpuBackend::mean_squared_error(view(prediction), view(target), view(dp), 1.0f) == doctest::Approx(7.0));
+  CHECK(nn::LossMath<CpuBackend>::mean_squared_error(view(prediction), view(target), view(dp), 1.0f) == doctest::Approx(7.0));
   CHECK(dp(1, 1) == doctest::Approx(3.0));  // 2 * (4 - 1) / 2
   Matrix logits(3, 2);
   logits << 0.1f, 5, 2, 1, 0, 0;
-  CHECK(CpuBackend::count_correct(view(logits), view(labels({1, 2}))) == 1);
+  CHECK(nn::AccuracyMath<CpuBackend>::count_correct(view(logits), view(labels({1, 2}))) == 1);
 }
 
 TEST_CASE("Dropout at inference is the identity, in training it keeps about 1-rate, scaled") {

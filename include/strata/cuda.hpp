@@ -9,5 +9,8 @@
 #include "strata/cuda/kernels.hpp"
 #include "strata/cuda/runtime.hpp"
 #include "strata/cuda/step_runner.hpp"
+#include "strata/nn/activation_cuda.hpp"
+#include "strata/nn/dropout_cuda.hpp"
 #include "strata/nn/layer_norm_cuda.hpp"
+#include "strata/nn/loss_cuda.hpp"
 #include "strata/nn/residual_cuda.hpp"

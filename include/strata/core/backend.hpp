@@ -28,6 +28,14 @@ inline bool is_class_index(float value, int classes) {
   return value >= 0.0f && value < float(classes) && value == std::floor(value);
 }
 
+// The class index of sample `sample`'s label, or a DataError naming it: what a loss reads per batch.
+inline int checked_label(float value, int classes, int sample) {
+  if (!is_class_index(value, classes))
+    throw DataError(strata::detail::message("SoftmaxCrossEntropy: label ", value, " of sample ", sample,
+                                            " in this batch is not a class index in [0, ", classes, ")"));
+  return int(value);
+}
+
 // What a layer may ask of a backend. Every function works on column-major views whose
 // columns are samples; `cols == 0` (an empty shard) is valid everywhere.
 template <class B>
@@ -35,18 +43,10 @@ concept Backend = requires(ConstMatrixView a, MatrixView c, float const* v, floa
   B::gemm(Transpose::no, Transpose::no, s, a, a, s, c);  // c = s*op(a)*op(b) + s*c
   B::add_bias(c, v);                                     // c(:, j) += v
   B::row_sums(a, s, out);                                // out = s*out + sum_j a(:, j)
-  B::relu(a, c);
-  B::relu_backward(a, a, c);
+  B::copy(a, c);
 };
 
-// GCC 12's false "'__Y' may be used uninitialized" for AVX-512 code (core/eigen.hpp says
-// why): Eigen's max, exp and tanh packets are inlined into the functions below, so the
-// region covers them too, also for a program that included Eigen before strata.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's packets in the products below
 
 struct CpuBackend {
   // c = alpha * op(a) * op(b) + beta * c
@@ -87,103 +87,9 @@ struct CpuBackend {
 
   static void copy(ConstMatrixView x, MatrixView y) { detail::eigen(y) = detail::eigen(x); }
 
-  static void relu(ConstMatrixView x, MatrixView y) { detail::eigen(y).array() = detail::eigen(x).array().max(0.0f); }
-  // dx = dy where y > 0
-  static void relu_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    detail::eigen(dx).array() = (detail::eigen(y).array() > 0.0f).select(detail::eigen(dy).array(), 0.0f);
-  }
-
-  static void tanh(ConstMatrixView x, MatrixView y) { detail::eigen(y).array() = detail::eigen(x).array().tanh(); }
-  static void tanh_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    auto Y = detail::eigen(y).array();
-    detail::eigen(dx).array() = detail::eigen(dy).array() * (1.0f - Y * Y);
-  }
-
-  // Exact GELU, x * Phi(x) (Keras' default, approximate=False).
-  static void gelu(ConstMatrixView x, MatrixView y) {
-    float const* in = x.data;
-    float* out = y.data;
-    for (std::size_t i = 0, n = x.size(); i < n; ++i)
-      out[i] = 0.5f * in[i] * (1.0f + std::erf(in[i] * 0.70710678118654752f));
-  }
-  static void gelu_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
-    for (std::size_t i = 0, n = x.size(); i < n; ++i) {
-      float const v = x.data[i];
-      float const cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
-      float const pdf = 0.39894228040143268f * std::exp(-0.5f * v * v);
-      dx.data[i] = dy.data[i] * (cdf + v * pdf);
-    }
-  }
-
-  // Inverted dropout. The mask of element (row, sample) depends only on (seed, sample, row),
-  // so sharding a batch across replicas draws the same mask as one replica would.
-  static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
-                      std::int64_t first_sample) {
-    float const keep_scale = 1.0f / (1.0f - rate);
-    for (int j = 0; j < x.cols; ++j) {
-      std::uint64_t const column_seed = mix64(seed, std::uint64_t(first_sample + j));
-      for (int i = 0; i < x.rows; ++i) {
-        std::size_t const k = std::size_t(j) * std::size_t(x.rows) + std::size_t(i);
-        float const m = uniform01(mix64(column_seed, std::uint64_t(i))) >= rate ? keep_scale : 0.0f;
-        mask.data[k] = m;
-        y.data[k] = x.data[k] * m;
-      }
-    }
-  }
-  static void multiply(ConstMatrixView a, ConstMatrixView b, MatrixView out) {
-    detail::eigen(out).array() = detail::eigen(a).array() * detail::eigen(b).array();
-  }
-
-  // Softmax cross-entropy with integer labels (stored as floats, one row). Returns the sum
-  // of the per-sample losses; writes grad_scale * d(sum)/d(logits).
-  static double softmax_cross_entropy(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits,
-                                      float grad_scale) {
-    double total = 0.0;
-    for (int j = 0; j < logits.cols; ++j) {
-      auto z = detail::eigen(logits).col(j);
-      auto d = detail::eigen(dlogits).col(j);
-      int const label = checked_label(labels.data[j], logits.rows, j);
-      float const peak = z.maxCoeff();
-      d.array() = (z.array() - peak).exp();
-      float const sum = d.sum();
-      total += double(std::log(sum) + peak - z(label));
-      d *= grad_scale / sum;
-      d(label) -= grad_scale;
-    }
-    return total;
-  }
-
-  // Number of samples whose largest logit is at the label's position.
-  static std::int64_t count_correct(ConstMatrixView logits, ConstMatrixView labels) {
-    std::int64_t correct = 0;
-    for (int j = 0; j < logits.cols; ++j) {
-      Eigen::Index best = 0;
-      detail::eigen(logits).col(j).maxCoeff(&best);
-      correct += (best == Eigen::Index(labels.data[j]));
-    }
-    return correct;
-  }
-
-  // Mean over features of the squared error, summed over samples (Keras MSE reduces the last axis by mean).
-  static double mean_squared_error(ConstMatrixView prediction, ConstMatrixView target, MatrixView dprediction,
-                                   float grad_scale) {
-    auto diff = (detail::eigen(prediction) - detail::eigen(target)).array();
-    float const inverse_width = 1.0f / float(prediction.rows);
-    detail::eigen(dprediction).array() = diff * (2.0f * inverse_width * grad_scale);
-    return double(diff.square().sum()) * double(inverse_width);
-  }
-
-  static int checked_label(float value, int classes, int sample) {
-    if (!is_class_index(value, classes))
-      throw DataError(strata::detail::message("SoftmaxCrossEntropy: label ", value, " of sample ", sample,
-                                      " in this batch is not a class index in [0, ", classes, ")"));
-    return int(value);
-  }
 };
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "strata/core/detail/gcc_avx512_warnings_on.hpp"
 
 static_assert(Backend<CpuBackend>);
 

@@ -1,22 +1,8 @@
 #pragma once
-// Eigen, as strata includes it.
-//
-// GCC 12's AVX-512 intrinsics start some packets from a deliberately uninitialized value
-// (`_mm512_undefined_ps`), so under -march with AVX-512 (Zen 4, x86-64-v4) at -O2 and above
-// it reports "'__Y' may be used uninitialized" (or "is used uninitialized") inside Eigen's
-// GEMM, max, exp and tanh (GCC bug 105593, fixed in GCC 13). GCC judges such a warning by
-// the pragmas in force at each place of its inlining chain, so Eigen included inside this
-// region, and strata code inside the same region in core/backend.hpp, never report it. A
-// program that includes Eigen itself before strata keeps GCC's own behaviour for its Eigen code.
+// Eigen, as strata includes it: inside a region where GCC 12's false AVX-512 warnings are
+// off (core/detail/gcc_avx512_warnings_off.hpp says why). A program that includes Eigen
+// itself before strata keeps GCC's own behaviour for Eigen's code.
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
+#include "strata/core/detail/gcc_avx512_warnings_off.hpp"
 #include <Eigen/Core>
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "strata/core/detail/gcc_avx512_warnings_on.hpp"

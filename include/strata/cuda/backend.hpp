@@ -50,75 +50,6 @@ struct CudaBackend {
   static void row_sums(ConstMatrixView x, float beta, float* out) { ctx().row_sums(x, beta, out); }
   static void copy(ConstMatrixView x, MatrixView y) { cuda::copy_on_device(y.data, x.data, x.size(), ctx().stream()); }
 
-  static void relu(ConstMatrixView x, MatrixView y) { elementwise(cuda::Kernel::relu, x.size(), x.data, y.data, count(x.size())); }
-  static void relu_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    elementwise(cuda::Kernel::relu_backward, y.size(), y.data, dy.data, dx.data, count(y.size()));
-  }
-  static void tanh(ConstMatrixView x, MatrixView y) { elementwise(cuda::Kernel::tanh, x.size(), x.data, y.data, count(x.size())); }
-  static void tanh_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    elementwise(cuda::Kernel::tanh_backward, y.size(), y.data, dy.data, dx.data, count(y.size()));
-  }
-  static void gelu(ConstMatrixView x, MatrixView y) { elementwise(cuda::Kernel::gelu, x.size(), x.data, y.data, count(x.size())); }
-  static void gelu_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
-    elementwise(cuda::Kernel::gelu_backward, x.size(), x.data, dy.data, dx.data, count(x.size()));
-  }
-  static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
-                      std::int64_t first_sample) {
-    elementwise(cuda::Kernel::dropout, x.size(), x.data, y.data, mask.data, x.rows, count(x.size()), rate,
-                (unsigned long long)seed, (long long)first_sample);
-  }
-  static void multiply(ConstMatrixView a, ConstMatrixView b, MatrixView out) {
-    elementwise(cuda::Kernel::multiply, a.size(), a.data, b.data, out.data, count(a.size()));
-  }
-
-  static double softmax_cross_entropy(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits,
-                                      float grad_scale) {
-    if (logits.cols == 0) return 0.0;
-    auto& c = ctx();
-    double* losses = c.per_sample(logits.cols);
-    bool const deferred = c.deferred().on;
-    if (!deferred) c.reset_flags();
-    c.launch(cuda::Kernel::softmax_cross_entropy, logits.cols, logits.data, labels.data, dlogits.data, losses,
-             &c.device_flags()->bad, logits.rows, logits.cols, grad_scale);
-    c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(losses), logits.cols,
-                    &c.device_flags()->value);
-    if (deferred) {
-      c.deferred().labels = labels.data;
-      c.deferred().classes = logits.rows;
-      return 0.0;
-    }
-    auto const flags = c.read_flags();  // one wait for the sum and the first bad label
-    check_label(c, flags.bad, labels.data, logits.rows);
-    return flags.value;
-  }
-
-  static std::int64_t count_correct(ConstMatrixView logits, ConstMatrixView labels) {
-    if (logits.cols == 0) return 0;
-    auto& c = ctx();
-    bool const deferred = c.deferred().on;
-    if (!deferred) c.reset_flags();
-    c.launch(cuda::Kernel::count_correct, logits.cols, logits.data, labels.data, &c.device_flags()->count, logits.rows,
-             logits.cols);
-    return deferred ? 0 : std::int64_t(c.read_flags().count);
-  }
-
-  static double mean_squared_error(ConstMatrixView prediction, ConstMatrixView target, MatrixView dprediction,
-                                   float grad_scale) {
-    if (prediction.cols == 0) return 0.0;
-    auto& c = ctx();
-    double* sums = c.per_sample(prediction.cols);
-    float const inverse_width = 1.0f / float(prediction.rows);
-    c.launch(cuda::Kernel::squared_error, prediction.cols, prediction.data, target.data, dprediction.data, sums,
-             prediction.rows, prediction.cols, 2.0f * inverse_width * grad_scale);
-    c.launch_blocks(cuda::Kernel::sum_doubles, 1, static_cast<double const*>(sums), prediction.cols,
-                    &c.device_flags()->value);
-    if (c.deferred().on) {
-      c.deferred().loss_factor = double(inverse_width);
-      return 0.0;
-    }
-    return c.read_flags().value * double(inverse_width);
-  }
-
   // Deferred sums on the bound context (cuda::Context::Deferred): defer_sums() opens the
   // window; collect_sums() waits once, closes it and returns the loss sum and the count of
   // correct predictions, or throws the CPU backend's message for a bad label.
@@ -146,7 +77,7 @@ struct CudaBackend {
     else if constexpr (std::is_same_v<T, fp16>) elementwise(cuda::Kernel::round_fp16, n, x, count(n));
   }
 
- private:
+  // For the device math beside each layer (nn/*_cuda.hpp).
   static cuda::Context& ctx() { return cuda::current_context(); }
   // `bad`: the first sample whose label is not a class index, or more than any sample.
   static void check_label(cuda::Context& c, int bad, float const* labels, int classes) {
@@ -154,7 +85,7 @@ struct CudaBackend {
     float value = 0.0f;
     cuda::copy_to_host(&value, labels + bad, 1, c.stream());
     c.synchronize();
-    CpuBackend::checked_label(value, classes, bad);  // throws the CPU backend's message
+    strata::checked_label(value, classes, bad);  // throws the CPU's message
   }
   static long long count(std::size_t n) { return static_cast<long long>(n); }
   template <class... Args>

@@ -7,10 +7,41 @@
 #include <string>
 
 #include "strata/core/backend.hpp"
+#include "strata/core/random.hpp"
 #include "strata/core/error.hpp"
 #include "strata/nn/layer.hpp"
+#include "strata/policy/slot.hpp"
 
 namespace strata::nn {
+
+// Dropout's math on a device: the CPU's here; strata/cuda.hpp adds the Cuda one
+// (nn/dropout_cuda.hpp).
+template <class B>
+struct DropoutMath {
+  static_assert(policy::dependent_false<B>, "strata::Dropout: no math for this backend; include its device header");
+};
+
+template <>
+struct DropoutMath<CpuBackend> {
+  // Inverted dropout. The mask of element (row, sample) depends only on (seed, sample, row),
+  // so sharding a batch across replicas draws the same mask as one replica would.
+  static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
+                      std::int64_t first_sample) {
+    float const keep_scale = 1.0f / (1.0f - rate);
+    for (int j = 0; j < x.cols; ++j) {
+      std::uint64_t const column_seed = mix64(seed, std::uint64_t(first_sample + j));
+      for (int i = 0; i < x.rows; ++i) {
+        std::size_t const k = std::size_t(j) * std::size_t(x.rows) + std::size_t(i);
+        float const m = uniform01(mix64(column_seed, std::uint64_t(i))) >= rate ? keep_scale : 0.0f;
+        mask.data[k] = m;
+        y.data[k] = x.data[k] * m;
+      }
+    }
+  }
+  static void multiply(ConstMatrixView a, ConstMatrixView b, MatrixView out) {
+    strata::detail::eigen(out).array() = strata::detail::eigen(a).array() * strata::detail::eigen(b).array();
+  }
+};
 
 struct Dropout {
   float rate = 0.5f;
@@ -29,7 +60,7 @@ struct Dropout {
 
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch mask, ForwardContext const& context) const {
-    if (context.training && rate > 0.0f) B::dropout(x, y, mask[0], rate, context.seed, context.first_sample);
+    if (context.training && rate > 0.0f) DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, context.first_sample);
     else B::copy(x, y);
   }
   // Backward only runs after a training forward pass, which wrote the mask (or copied when rate == 0).
@@ -37,7 +68,7 @@ struct Dropout {
   void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch mask, ConstMatrixView dy,
                 MatrixView dx, bool) const {
     if (dx.data == nullptr) return;
-    if (rate > 0.0f) B::multiply(dy, mask[0], dx);
+    if (rate > 0.0f) DropoutMath<B>::multiply(dy, mask[0], dx);
     else B::copy(dy, dx);
   }
 };

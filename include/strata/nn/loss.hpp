@@ -11,8 +11,49 @@
 #include "strata/core/backend.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/tensor.hpp"
+#include "strata/policy/slot.hpp"
 
 namespace strata::nn {
+
+// The losses' math on a device: the CPU's here; strata/cuda.hpp adds the Cuda one
+// (nn/loss_cuda.hpp).
+template <class B>
+struct LossMath {
+  static_assert(policy::dependent_false<B>, "strata: the losses have no math for this backend; include its device header");
+};
+
+#include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's max, exp and tanh packets below
+template <>
+struct LossMath<CpuBackend> {
+  // Softmax cross-entropy with integer labels (stored as floats, one row). Returns the sum
+  // of the per-sample losses; writes grad_scale * d(sum)/d(logits).
+  static double softmax_cross_entropy(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits,
+                                      float grad_scale) {
+    double total = 0.0;
+    for (int j = 0; j < logits.cols; ++j) {
+      auto z = strata::detail::eigen(logits).col(j);
+      auto d = strata::detail::eigen(dlogits).col(j);
+      int const label = strata::checked_label(labels.data[j], logits.rows, j);
+      float const peak = z.maxCoeff();
+      d.array() = (z.array() - peak).exp();
+      float const sum = d.sum();
+      total += double(std::log(sum) + peak - z(label));
+      d *= grad_scale / sum;
+      d(label) -= grad_scale;
+    }
+    return total;
+  }
+
+  // Mean over features of the squared error, summed over samples (Keras MSE reduces the last axis by mean).
+  static double mean_squared_error(ConstMatrixView prediction, ConstMatrixView target, MatrixView dprediction,
+                                   float grad_scale) {
+    auto diff = (strata::detail::eigen(prediction) - strata::detail::eigen(target)).array();
+    float const inverse_width = 1.0f / float(prediction.rows);
+    strata::detail::eigen(dprediction).array() = diff * (2.0f * inverse_width * grad_scale);
+    return double(diff.square().sum()) * double(inverse_width);
+  }
+};
+#include "strata/core/detail/gcc_avx512_warnings_on.hpp"
 
 // Requires: forward_backward<B>(output, targets, d_output, grad_scale) -> sum of losses;
 // validate(targets, output_width) throws DataError for targets the loss cannot take;
@@ -33,7 +74,7 @@ struct SoftmaxCrossEntropy {
 
   template <Backend B>
   double forward_backward(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits, float grad_scale) const {
-    return B::softmax_cross_entropy(logits, labels, dlogits, grad_scale);
+    return LossMath<B>::softmax_cross_entropy(logits, labels, dlogits, grad_scale);
   }
 
   // Every label must be an integer in [0, classes).
@@ -59,7 +100,7 @@ struct MeanSquaredError {
   template <Backend B>
   double forward_backward(ConstMatrixView prediction, ConstMatrixView target, MatrixView dprediction,
                           float grad_scale) const {
-    return B::mean_squared_error(prediction, target, dprediction, grad_scale);
+    return LossMath<B>::mean_squared_error(prediction, target, dprediction, grad_scale);
   }
 
   static void validate(ConstMatrixView targets, int width) {
