@@ -193,3 +193,9 @@ TEST_CASE("LayerNorm and Residual name their parameters for checkpoints and chec
                        "LayerNorm: epsilon 0 must be a finite number > 0; use e.g. LayerNorm{.epsilon = 1e-5f}",
                        ConfigError);
 }
+
+TEST_CASE("a model's largest activation counts the inside of its Residual blocks") {
+  using Model = Sequential<Dense<8, 16>, Residual<Sequential<Dense<16, 64>, Gelu, Dense<64, 16>>>, Dense<16, 2>>;
+  CHECK(Model::largest_activation_per_sample == 64);
+  CHECK(Sequential<Dense<784, 32>, Relu, Dense<32, 10>>::largest_activation_per_sample == 784);
+}

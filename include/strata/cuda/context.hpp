@@ -90,7 +90,7 @@ class Context {
 
   // Kernel `index` of a module (a layer's own kernels, cuda/kernels.hpp's KernelModule):
   // over n items as launch() does, or on `blocks` blocks. The module is loaded on this
-  // context's first launch of it (reserve() may do that ahead), then found in a short list.
+  // context's first launch of it, then found in a short list.
   template <class... Args>
   void launch(KernelModule const& module, std::size_t index, std::int64_t n, Args... args) {
     if (n <= 0) return;

@@ -151,12 +151,11 @@ class DeviceReplica {
 };
 
 // Floats of the largest GEMM factor a shard of `shard` samples meets: a layer's weights
-// (at most the arena) or a layer's activations. The 16-bit GEMM scratch is sized by it.
+// (at most the arena) or an activation (inside a Residual block too). The 16-bit GEMM
+// scratch is sized by it.
 template <class Model>
 std::size_t largest_gemm_factor(int shard) {
-  std::size_t widest = std::size_t(Model::input_width);
-  for (int w : Model::widths) widest = std::max(widest, std::size_t(w));
-  return std::max(Model::arena_size, widest * std::size_t(std::max(shard, 1)));
+  return std::max(Model::arena_size, Model::largest_activation_per_sample * std::size_t(std::max(shard, 1)));
 }
 
 // One replica per device of `devices`, its scratch reserved so that no step allocates.

@@ -135,6 +135,14 @@ class Sequential {
   static constexpr int widest_columns = *std::max_element(columns.begin(), columns.end());
 
  public:
+  // Floats per sample of the largest activation anywhere in the model, the layers' scratch
+  // (a block's inner outputs) included: what a device sizes its GEMM scratch by.
+  static constexpr std::size_t largest_activation_per_sample = [] {
+    std::size_t largest = widest_per_sample;
+    for (ScratchBuffer const& b : all_scratch) largest = std::max(largest, floats_per_sample(b));
+    return largest;
+  }();
+
   // Activations and scratch of one replica, sized for at most `max_batch` samples.
   //
   // With T = float every layer's output and scratch is kept in float. With T = bf16 or fp16
