@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "gradient_check.hpp"
 #include "strata.hpp"
@@ -198,4 +199,100 @@ TEST_CASE("a model's largest activation counts the inside of its Residual blocks
   using Model = Sequential<Dense<8, 16>, Residual<Sequential<Dense<16, 64>, Gelu, Dense<64, 16>>>, Dense<16, 2>>;
   CHECK(Model::largest_activation_per_sample == 64);
   CHECK(Sequential<Dense<784, 32>, Relu, Dense<32, 10>>::largest_activation_per_sample == 784);
+}
+
+namespace {
+// Two test layers that change a sample's columns, as an embedding (one sample, many tokens)
+// and a pooler (many tokens, one vector) do: Unfold<K> reads a sample's W features as K
+// columns of W/K (the same memory), MeanPool<K> averages each sample's K columns.
+template <int K>
+struct Unfold : nn::ParameterFreeLayer {
+  static constexpr int output_width(int width) { return width / K; }
+  static constexpr int output_columns(int columns) { return columns * K; }
+  static std::string name() { return "Unfold"; }
+  template <class B>
+  void forward(float const*, ConstMatrixView x, MatrixView y, nn::Scratch, nn::ForwardContext const&) const {
+    if (y.size() != x.size()) throw std::logic_error("Unfold: sizes differ");
+    std::copy_n(x.data, x.size(), y.data);
+  }
+  template <class B>
+  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, nn::Scratch, ConstMatrixView dy, MatrixView dx,
+                bool) const {
+    if (dx.data != nullptr) std::copy_n(dy.data, dy.size(), dx.data);
+  }
+};
+template <int K>
+struct MeanPool : nn::ParameterFreeLayer {
+  static constexpr int output_columns(int columns) { return columns / K; }
+  static std::string name() { return "MeanPool"; }
+  template <class B>
+  void forward(float const*, ConstMatrixView x, MatrixView y, nn::Scratch, nn::ForwardContext const&) const {
+    if (x.cols != K * y.cols) throw std::logic_error("MeanPool: columns differ");
+    detail::eigen(y).setZero();
+    for (int j = 0; j < x.cols; ++j) detail::eigen(y).col(j / K) += detail::eigen(x).col(j) / float(K);
+  }
+  template <class B>
+  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, nn::Scratch, ConstMatrixView dy, MatrixView dx,
+                bool) const {
+    if (dx.data == nullptr) return;
+    for (int j = 0; j < dx.cols; ++j) detail::eigen(dx).col(j) = detail::eigen(dy).col(j / K) / float(K);
+  }
+};
+}  // namespace
+
+TEST_CASE("layers may change a sample's columns (per token in, per sequence out), also inside a Residual") {
+  using Tokens = Sequential<Dense<6, 8>, Unfold<2>, Dense<4, 5>, Tanh, LayerNorm,
+                            Residual<Sequential<Dense<5, 7>, Gelu, Dense<7, 5>>>, Dropout, MeanPool<2>, Dense<5, 3>>;
+  CHECK(Tokens::columns == std::array<int, 10>{1, 1, 2, 2, 2, 2, 2, 2, 1, 1});
+  Tokens model(5, {}, {}, {}, {}, {}, {}, Dropout{0.3f}, {}, {});
+  nn::ForwardContext const training{true, 77, 0};
+  check_gradients(model, random_matrix(6, 5, 8), labels({0, 1, 2, 0, 1}), SoftmaxCrossEntropy{}, training);
+
+  // The per-token part against the same arithmetic column by column: a sample's two tokens
+  // are its 8 features read as two columns of 4.
+  Sequential<Dense<6, 8>, Unfold<2>, Dense<4, 5>, MeanPool<2>> pooled(6);
+  Matrix const x = random_matrix(6, 3, 9);
+  auto const p = pooled.parameters();
+  Eigen::Map<Matrix const> w1(p.data(), 8, 6), w2(p.data() + decltype(pooled)::offsets[2], 5, 4);
+  Eigen::Map<Vector const> b1(p.data() + 48, 8), b2(p.data() + decltype(pooled)::offsets[2] + 20, 5);
+  Matrix hidden = (w1 * x).colwise() + b1;
+  Eigen::Map<Matrix const> tokens(hidden.data(), 4, 6);
+  Matrix const per_token = (w2 * tokens).colwise() + b2;
+  Matrix expected(5, 3);
+  for (int s = 0; s < 3; ++s) expected.col(s) = (per_token.col(2 * s) + per_token.col(2 * s + 1)) / 2.0f;
+  CHECK((pooled.predict(x) - expected).cwiseAbs().maxCoeff() < 1e-5f);
+
+  // Mixed precision keeps the per-token activations (and the LayerNorm's statistics, in float)
+  // for backward across chunks of samples: a bf16 pass stays close to the float one.
+  Tokens::Workspace<CpuBackend> full(300);
+  Tokens::Workspace<CpuBackend, bf16> half(300);
+  CHECK(Tokens::Workspace<CpuBackend, bf16>::chunk_samples == 128);  // 256 columns of 2 tokens each
+  Matrix const batch = random_matrix(6, 300, 10);
+  Matrix const targets = random_matrix(1, 300, 11).cwiseAbs() * 2.9f;
+  Matrix const classes = targets.array().floor().matrix();
+  std::vector<float> grads[2];
+  int k = 0;
+  auto run = [&](auto& ws) {
+    model.forward(ws, model.parameters().data(), view(batch), training);
+    SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(classes), ws.output_gradient(), 1.0f);
+    model.backward(ws, model.parameters().data(), model.gradients().data(), view(batch), false);
+    grads[k++].assign(model.gradients().begin(), model.gradients().end());
+  };
+  run(full);
+  run(half);
+  Eigen::Map<Vector const> g32(grads[0].data(), Eigen::Index(grads[0].size())), g16(grads[1].data(), Eigen::Index(grads[1].size()));
+  CHECK((g16 - g32).norm() / g32.norm() < 0.05);
+  CHECK((g16 - g32).norm() > 0.0);
+
+  // Dropout's mask follows a token's place in the global batch: Mirrored<3> splits the
+  // batches (31 samples each, unevenly) and still trains as OneDevice.
+  Dataset const data(random_matrix(6, 93, 12), std::vector<std::int32_t>(93, 1));
+  auto train = [&]<class T>(T trainer) {
+    Tokens m(5, {}, {}, {}, {}, {}, {}, Dropout{0.3f}, {}, {});
+    trainer.fit(m, Adam{}, SoftmaxCrossEntropy{}, data, {.epochs = 1, .batch_size = 31, .seed = 3});
+    return Vector(Eigen::Map<Vector const>(m.parameters().data(), Eigen::Index(m.parameters().size())));
+  };
+  Vector const one = train(Trainer<OneDevice>{});
+  Vector const three = train(Trainer<Mirrored<3>>{});
+  CHECK((three - one).norm() / one.norm() < 1e-5);
 }

@@ -158,7 +158,7 @@ class Chain {
       at += scratch_count<L>;
       MatrixView out = y;
       if constexpr (I + 1 < layer_count) out = scratch[at++];
-      layer.template forward<B>(params + offsets[I], in, out, own, context);
+      layer.template forward<B>(params + offsets[I], in, out, own, context.for_columns(columns[I]));
       in = out;
     });
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Dropout: in training, zeroes each activation with probability `rate` and scales the rest
-// by 1/(1-rate); at inference it is the identity. The mask of a sample depends only on the
-// step seed and the sample's position in the global batch, so any sharding draws the same mask.
+// by 1/(1-rate); at inference it is the identity. The mask of a column depends only on the
+// step seed and the column's position in the global batch (a sample's, or a token's where a
+// sample has several columns), so any sharding or chunking draws the same mask.
 
 #include <array>
 #include <string>
@@ -23,13 +24,13 @@ struct DropoutMath {
 
 template <>
 struct DropoutMath<CpuBackend> {
-  // Inverted dropout. The mask of element (row, sample) depends only on (seed, sample, row),
+  // Inverted dropout. The mask of element (row, column) depends only on (seed, column, row),
   // so sharding a batch across replicas draws the same mask as one replica would.
   static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
-                      std::int64_t first_sample) {
+                      std::int64_t first_column) {
     float const keep_scale = 1.0f / (1.0f - rate);
     for (int j = 0; j < x.cols; ++j) {
-      std::uint64_t const column_seed = mix64(seed, std::uint64_t(first_sample + j));
+      std::uint64_t const column_seed = mix64(seed, std::uint64_t(first_column + j));
       for (int i = 0; i < x.rows; ++i) {
         std::size_t const k = std::size_t(j) * std::size_t(x.rows) + std::size_t(i);
         float const m = uniform01(mix64(column_seed, std::uint64_t(i))) >= rate ? keep_scale : 0.0f;
@@ -60,7 +61,7 @@ struct Dropout {
 
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch mask, ForwardContext const& context) const {
-    if (context.training && rate > 0.0f) DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, context.first_sample);
+    if (context.training && rate > 0.0f) DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, context.first_column());
     else B::copy(x, y);
   }
   // Backward only runs after a training forward pass, which wrote the mask (or copied when rate == 0).

@@ -21,6 +21,15 @@ struct ForwardContext {
   bool training = false;          // dropout is active only when training
   std::uint64_t seed = 0;         // differs every step; mixes the run seed and the step number
   std::int64_t first_sample = 0;  // index of the shard's first sample within the global batch
+  int columns_per_sample = 1;     // of the layer's input: its first column is first_sample * this
+
+  // The context of a layer whose input has `columns` columns per sample of this one's.
+  [[nodiscard]] ForwardContext for_columns(int columns) const {
+    ForwardContext c = *this;
+    c.columns_per_sample *= columns;
+    return c;
+  }
+  [[nodiscard]] std::int64_t first_column() const { return first_sample * columns_per_sample; }
 };
 
 inline constexpr int any_width = -1;

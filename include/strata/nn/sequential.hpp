@@ -263,7 +263,8 @@ class Sequential {
     } else {
       chain_.for_each_layer([&]<std::size_t I>(auto const& layer) {
         ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
-        layer.template forward<B>(params + offsets[I], in, ws.output(I), ws.template scratch<I>(samples), context);
+        layer.template forward<B>(params + offsets[I], in, ws.output(I), ws.template scratch<I>(samples),
+                                  context.for_columns(columns[I]));
       });
     }
   }
@@ -330,7 +331,8 @@ class Sequential {
         constexpr int c = columns[I + 1];
         MatrixView y = I + 1 == layer_count ? ws.output(I).columns(first * c, n * c) : MatrixView{out, w, n * c};
         Scratch const scratch = ws.template scratch<I>(n);
-        layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch, chunk_context);
+        layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch,
+                                  chunk_context.for_columns(columns[I]));
         round_to<T>(y.data, y.size());
         if constexpr (I + 1 < layer_count) store<T>(ws.stored_[I].data() + std::size_t(first) * w * c, y.data, y.size());
         keep_scratch<I>(ws, scratch, first, /*save=*/true);
