@@ -47,11 +47,10 @@
 #include "strata/comm/thread_group.hpp"
 #include "strata/core/random.hpp"
 #include "strata/cuda/backend.hpp"
+// The device math of the layers that were the backend's own; a newer layer's comes with strata/cuda.hpp.
 #include "strata/nn/activation_cuda.hpp"
 #include "strata/nn/dropout_cuda.hpp"
-#include "strata/nn/layer_norm_cuda.hpp"
 #include "strata/nn/loss_cuda.hpp"
-#include "strata/nn/residual_cuda.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/optim/adam.hpp"
