@@ -45,4 +45,11 @@ class AlignedBuffer {
   std::size_t size_ = 0;
 };
 
+// One value on a cache line of its own: per-replica counters and flags that replica threads
+// write side by side, without false sharing.
+template <class T>
+struct alignas(64) OnCacheLine {
+  T value{};
+};
+
 }  // namespace strata

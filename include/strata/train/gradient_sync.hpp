@@ -29,7 +29,6 @@
 #include <cstddef>
 #include <memory>
 #include <span>
-#include <vector>
 
 #include "strata/comm/buckets.hpp"
 #include "strata/comm/communicator.hpp"
@@ -80,11 +79,8 @@ class ReplicaArenas {
   std::array<float*, local_replicas> gradients_{};
 
  private:
-  struct alignas(64) Share {  // one cache line per replica
-    double value = 0.0;
-  };
   std::array<AlignedBuffer, local_replicas> owned_;  // [0] unused: replica 0 writes the model's
-  std::array<Share, local_replicas> shares_{};
+  std::array<OnCacheLine<double>, local_replicas> shares_{};
 };
 
 // OneDevice and Mirrored<N> on the CPU: the owner of a slice reads every replica's arena.
@@ -159,10 +155,7 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
  private:
   std::array<std::unique_ptr<Comm>, base::local_replicas> communicators_;
   std::array<std::unique_ptr<comm::BucketedAllReduce<Comm>>, base::local_replicas> buckets_;
-  struct alignas(64) Started {  // one cache line per replica
-    bool value = false;
-  };
-  std::array<Started, base::local_replicas> started_{};
+  std::array<OnCacheLine<bool>, base::local_replicas> started_{};
   std::size_t layers_ = 0;
   int world_ = 1;
   bool reducing_ = true;

@@ -56,12 +56,6 @@ inline double sum_of_squares(float const* x, std::size_t n) {
   return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
-// The decision taken on the whole gradient's squared norm (train/step_progress.hpp).
-struct UpdateDecision {
-  bool apply = true;
-  float factor = 1.0f;
-};
-
 // On the CPU: one shared copy of the weights and the optimizer state, each replica
 // writing only its slice of them.
 template <optim::Optimizer Opt, int Replicas>
@@ -79,6 +73,8 @@ class SliceUpdate {
     optimizer_.validate();
     for (int r = 0; r < Replicas; ++r) {
       pieces_[std::size_t(r)] = plan_pieces(tensors, slice(r), optimizer_);
+      for (Piece const& piece : pieces_[std::size_t(r)])
+        slice_floats_[std::size_t(r)] += std::int64_t(piece.end - piece.begin);
       scratch_[std::size_t(r)] = AlignedBuffer(chunk_floats);
       if constexpr (layerwise) tensor_shares_[std::size_t(r)].resize(tensors.size());
     }
@@ -86,12 +82,12 @@ class SliceUpdate {
   }
 
   // Replica r's update of its slice of `weights`. `decide(squared_norm)` (called only when
-  // the whole gradient is seen first) says whether to apply and by what factor to clip.
+  // the whole gradient is seen first) returns whether to `apply` and the clipping `factor`
+  // (StepProgress::decide).
   // Returns the floats of gradient it reduced.
   template <class Sync, class Decide>
   std::int64_t run(int r, Sync& sync, float* weights, float scale, std::int64_t step, Decide&& decide) {
-    std::int64_t reduced_floats = 0;
-    for (Piece const& piece : pieces_[std::size_t(r)]) reduced_floats += std::int64_t(piece.end - piece.begin);
+    std::int64_t const reduced_floats = slice_floats_[std::size_t(r)];
     auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
     auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
     if (!whole_gradient_first_) {  // fused: reduce a chunk, update it while it is in cache
@@ -108,7 +104,7 @@ class SliceUpdate {
       sync.reduce(r, begin, count, scale, out);
       squares += sum_of_squares(out, count);
     });
-    UpdateDecision const decision = decide(sync.sum(r, squares));
+    auto const decision = decide(sync.sum(r, squares));
     if (!decision.apply) return reduced_floats;  // skipped on every replica alike
     float const factor = decision.factor;
     auto gradient = [&](std::size_t begin, std::size_t count) {
@@ -155,6 +151,7 @@ class SliceUpdate {
   typename Opt::State state_;
   bool whole_gradient_first_;
   std::array<std::vector<Piece>, Replicas> pieces_;
+  std::array<std::int64_t, Replicas> slice_floats_{};  // gradient floats of each replica's pieces
   std::array<AlignedBuffer, Replicas> scratch_;
   AlignedBuffer reduced_;  // the reduced gradient, when reduced before updating
   std::array<std::vector<optim::NormShares>, Replicas> tensor_shares_;  // Lamb: per tensor, per replica

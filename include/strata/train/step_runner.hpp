@@ -143,19 +143,13 @@ class StepRunner : public StepProgress<Config> {
   void update_owned_slice(int r) {
     sync_.gradients_ready(r);
     floats_reduced_[std::size_t(r)].value += update_.run(
-        r, sync_, model_->parameters().data(), this->gradient_scale(), this->step_ + 1, [&](double squared_norm) {
-          auto const d = this->decide(squared_norm, r);
-          return UpdateDecision{d.apply, d.factor};
-        });
+        r, sync_, model_->parameters().data(), this->gradient_scale(), this->step_ + 1,
+        [&](double squared_norm) { return this->decide(squared_norm, r); });
     if constexpr (mixed) {
       comm::Slice const mine = sync_.slice(r);
       refresh_compute_weights(mine.begin, mine.end);
     }
   }
-
-  struct alignas(64) Count {  // one cache line per replica
-    std::int64_t value = 0;
-  };
 
   comm::ThreadGroup* group_;
   Model* model_;
@@ -164,7 +158,7 @@ class StepRunner : public StepProgress<Config> {
   SliceUpdate<Opt, num_replicas> update_;
   std::vector<ReplicaPass<Model, backend, compute_type>> passes_;
   std::array<Tally, num_replicas> tallies_{};
-  std::array<Count, num_replicas> floats_reduced_{};
+  std::array<OnCacheLine<std::int64_t>, num_replicas> floats_reduced_{};
   AlignedBuffer compute_weights_;  // mixed precision: the weights rounded to compute_type
 };
 
