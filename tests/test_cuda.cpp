@@ -16,6 +16,7 @@
 #include "strata.hpp"
 #include "strata/cuda.hpp"
 #include "temp_dir.hpp"
+#include "user_optimizer.hpp"
 
 using namespace strata;
 
@@ -73,8 +74,9 @@ TEST_CASE("NVRTC compiles every kernel for sm_75, sm_80 and sm_90 without a GPU"
   }
 }
 
-TEST_CASE("NVRTC compiles the kernel modules of layers (LayerNorm, Residual) for sm_75, sm_80 and sm_90") {
-  for (cuda::KernelModule const* module : {&nn::layer_norm_kernels, &nn::residual_kernels}) {
+TEST_CASE("NVRTC compiles the kernel modules of layers and losses for sm_75, sm_80 and sm_90") {
+  for (cuda::KernelModule const* module : {&nn::activation_kernels, &nn::dropout_kernels, &nn::loss_kernels,
+                                           &nn::layer_norm_kernels, &nn::residual_kernels}) {
     for (int arch : {75, 80, 90}) {
       CAPTURE(arch);
       CAPTURE(module->name);
@@ -95,6 +97,32 @@ TEST_CASE("NVRTC compiles the kernel modules of layers (LayerNorm, Residual) for
   } catch (DeviceError const& e) {
     CHECK(std::string(e.what()).find("NVRTC: compiling the MyLayer kernels for sm_90 failed") != std::string::npos);
   }
+}
+
+TEST_CASE("NVRTC compiles the optimizers' element rules (strata's, a scheduled one, a user's) for sm_75, sm_80 and sm_90") {
+  // Each module holds the rule's own text after the device prelude, and one kernel per slot
+  // count its call operator takes (Sgd: 0 and 1; Adam: 2; Lamb: the two layer-wise phases).
+  auto check_module = [](optim::detail::RuleKernels const& kernels, std::size_t count) {
+    cuda::KernelModule const& module = kernels.module();
+    CAPTURE(module.name);
+    CHECK(module.kernels.size() == count);
+    for (int arch : {75, 80, 90}) {
+      CAPTURE(arch);
+      auto const compiled = cuda::compile_kernels(arch, {{}, false}, module.source, module.name);
+      REQUIRE(compiled.cubin.size() > 4);
+      for (char const* name : module.kernels) {
+        CAPTURE(name);
+        CHECK(contains(compiled.cubin, name));
+      }
+    }
+  };
+  check_module(optim::rule_kernels<optim::SgdRule>(), 2);
+  check_module(optim::rule_kernels<optim::AdamRule>(), 1);
+  check_module(optim::rule_kernels<optim::LambRule>(), 2);
+  check_module(optim::rule_kernels<user::RmsRule>(), 1);
+  CHECK(optim::rule_kernels<optim::SgdRule>().for_slots(1) == 1);
+  static_assert(std::is_same_v<decltype(optim::Scheduled<Adam, CosineDecay>{}.rule(1)), optim::AdamRule>);
+  CHECK(&optim::rule_kernels<optim::AdamRule>() == &optim::rule_kernels<optim::AdamRule>());  // made once
 }
 
 TEST_CASE("the kernel cache returns the same binary, and a damaged file is compiled again and replaced") {
@@ -299,8 +327,10 @@ double max_difference(std::span<float const> a, std::span<float const> b) {
 }
 }  // namespace
 
+using ScheduledAdam = optim::Scheduled<Adam, CosineDecay>;  // its rule at the scheduled rate
+
 TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same weights, fp32 tolerance)", Opt, Sgd,
-                   Adam, AdamW, Lamb) {
+                   Adam, AdamW, Lamb, user::Rmsprop, ScheduledAdam) {
   GpuModel const model(21, {}, {}, {}, {}, {}, {}, Dropout{0.2f}, {});
   Opt optimizer{};
   if constexpr (std::is_same_v<Opt, Sgd>) optimizer = Sgd{.lr = 0.05f, .momentum = 0.9f, .nesterov = true};

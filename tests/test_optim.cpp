@@ -9,12 +9,21 @@
 #include <vector>
 
 #include "strata.hpp"
+#include "user_optimizer.hpp"
 
 using namespace strata;
 
 static_assert(optim::Optimizer<Sgd> && optim::Optimizer<Adam> && optim::Optimizer<AdamW> && optim::Optimizer<Lamb>);
 static_assert(optim::LayerwiseOptimizer<Lamb> && !optim::LayerwiseOptimizer<Adam>);
 static_assert(optim::LayerwiseOptimizer<optim::Scheduled<Lamb, CosineDecay>>);
+// Every optimizer strata ships, a scheduled one and a user's own have an element rule: the
+// one copy of their arithmetic that the Cuda device compiles too.
+static_assert(optim::ElementwiseOptimizer<Sgd> && optim::ElementwiseOptimizer<Adam> &&
+              optim::ElementwiseOptimizer<AdamW> && optim::ElementwiseOptimizer<user::Rmsprop> &&
+              optim::ElementwiseOptimizer<optim::Scheduled<Adam, CosineDecay>>);
+static_assert(optim::LayerwiseRuleOptimizer<Lamb> && optim::LayerwiseRuleOptimizer<optim::Scheduled<Lamb, CosineDecay>>);
+static_assert(optim::takes_slots<optim::SgdRule, 0> && optim::takes_slots<optim::SgdRule, 1> &&
+              !optim::takes_slots<optim::SgdRule, 2> && optim::takes_slots<optim::AdamRule, 2>);
 
 namespace {
 // Runs `steps` updates with the same gradient sequence g_t = g * t on a 3-element arena.
@@ -44,6 +53,41 @@ TEST_CASE("Sgd: plain, momentum and Nesterov follow Keras' formulas") {
   vn = 0.9 * vn - 0.1 * 0.2;
   wn += 0.9 * vn - 0.1 * 0.2;
   CHECK(run(Sgd{.lr = 0.1f, .momentum = 0.9f, .nesterov = true}, 2)[0] == doctest::Approx(wn));
+}
+
+TEST_CASE("an element rule keeps its text, and a user's optimizer built on one follows its closed form") {
+  // The text NVRTC compiles is the rule the host runs, in the user's namespace or strata's.
+  CHECK(optim::rule_name<user::RmsRule> == "RmsRule");
+  CHECK(optim::rule_source<user::RmsRule>.find("ms = rho * ms + (1.0f - rho) * g * g;") != std::string_view::npos);
+  CHECK(optim::rule_source<optim::AdamRule>.starts_with("struct AdamRule {"));
+  CHECK(optim::rule_source<optim::AdamRule>.find("sqrtf(v)") != std::string_view::npos);
+
+  double const lr = 0.01, rho = 0.9, eps = 1e-7;
+  double w = -2.0, ms = 0.0;
+  for (int t = 1; t <= 3; ++t) {
+    double const g = -0.3 * t;
+    ms = rho * ms + (1 - rho) * g * g;
+    w -= lr * g / (std::sqrt(ms) + eps);
+  }
+  auto const got = run(user::Rmsprop{.lr = 0.01f}, 3);
+  CHECK(got[1] == doctest::Approx(w).epsilon(1e-6));
+  CHECK(got[2] == 0.5f);  // a zero gradient moves nothing
+}
+
+TEST_CASE("a rule whose call operator does not match the optimizer's state is an error that names it") {
+  // Adam's state has two slots (m, v); Sgd's rule takes zero or one.
+  struct Mismatched : Adam {
+    [[nodiscard]] optim::SgdRule rule(StepInfo) const { return {lr, 0.0f, false}; }
+    void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, StepInfo step) const {
+      optim::apply_rule(rule(step), w, g, s, offset);
+    }
+  };
+  std::vector<float> w{1.0f}, g{1.0f};
+  Mismatched const opt{};
+  auto state = opt.make_state(1);
+  CHECK_THROWS_WITH_AS(opt.update(std::span<float>(w), std::span<float const>(g), state, 0, 1),
+                       doctest::Contains("element rule SgdRule: the optimizer's state has 2 slots"), ConfigError);
+  CHECK(w[0] == 1.0f);  // nothing was written
 }
 
 TEST_CASE("Adam and AdamW follow Keras' formulas, with bias correction") {
@@ -228,6 +272,13 @@ TEST_CASE_TEMPLATE("Lamb in the trainer takes each tensor's trust ratio over all
   // The exclusions matter: kernels without decay and trust ratio take another step.
   CHECK(max_difference(one_step<S>(Lamb{.lr = 0.02f, .weight_decay = 0.05f, .exclude_from_weight_decay = {"kernel"}}),
                        expected) > 1e-4);
+}
+
+TEST_CASE("a user's optimizer with an element rule trains across replicas as on one, in the trainer") {
+  Mlp const model(3);
+  auto const one = one_step<OneDevice>(user::Rmsprop{.lr = 0.01f});
+  CHECK(max_difference(one_step<Mirrored<3>>(user::Rmsprop{.lr = 0.01f}), one) < 1e-5);
+  CHECK(max_difference(one, std::vector<float>(model.parameters().begin(), model.parameters().end())) > 1e-3);
 }
 
 TEST_CASE("AdamW's exclusions leave the named tensors to plain Adam") {

@@ -14,3 +14,4 @@
 #include "strata/nn/layer_norm_cuda.hpp"
 #include "strata/nn/loss_cuda.hpp"
 #include "strata/nn/residual_cuda.hpp"
+#include "strata/optim/element_rule_cuda.hpp"

@@ -53,10 +53,9 @@
 #include "strata/nn/loss_cuda.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
-#include "strata/optim/adam.hpp"
-#include "strata/optim/lamb.hpp"
+#include "strata/optim/element_rule.hpp"
+#include "strata/optim/element_rule_cuda.hpp"
 #include "strata/optim/optimizer.hpp"
-#include "strata/optim/sgd.hpp"
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/strategy.hpp"
 #include "strata/train/logs.hpp"
@@ -85,9 +84,9 @@ template <class T>
 inline constexpr GemmPrecision gemm_precision_for =
     std::is_same_v<T, bf16> ? GemmPrecision::bf16 : std::is_same_v<T, fp16> ? GemmPrecision::fp16 : GemmPrecision::fp32;
 
+// An optimizer runs on the device through its element rule (optim/element_rule.hpp).
 template <class Opt>
-inline constexpr bool has_device_update = std::is_same_v<Opt, optim::Sgd> || std::is_same_v<Opt, optim::Adam> ||
-                                          std::is_same_v<Opt, optim::AdamW> || std::is_same_v<Opt, optim::Lamb>;
+inline constexpr bool has_device_update = optim::ElementwiseOptimizer<Opt> || optim::LayerwiseRuleOptimizer<Opt>;
 
 // One replica's device resources: its context, its copy stream, and two upload slots, so
 // that the next batch's shard is copied while this one's is trained on.
@@ -172,9 +171,10 @@ std::vector<std::unique_ptr<DeviceReplica>> make_replicas(std::vector<int> const
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn>
 class StepRunner : public train::StepProgress<Config> {
   static_assert(has_device_update<Opt>,
-                "strata::Cuda: the device optimizer update is written for Sgd, Adam, AdamW and Lamb; another "
-                "optimizer runs on strata::Cpu only (docs/gpu.md)");
-  static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
+                "strata::Cuda: this optimizer has no element rule, so it runs on strata::Cpu only; give it one "
+                "with STRATA_ELEMENT_RULE and a rule(StepInfo) member, and the GPU runs the CPU's arithmetic "
+                "(docs/gpu.md)");
+  static constexpr bool layerwise = optim::LayerwiseRuleOptimizer<Opt>;
 
  public:
   using backend = CudaBackend;
@@ -432,44 +432,29 @@ class StepRunner : public train::StepProgress<Config> {
     c.launch(Kernel::reduce_replicas, n, peers, num_replicas, reduced, (long long)n, scale);
   }
 
-  // The optimizer on one piece: optim/sgd.hpp and optim/adam.hpp, as kernels.
+  // The optimizer's element rule on one piece (optim/element_rule_cuda.hpp).
   void apply(Context& c, int r, Piece const& piece) {
-    long long const n = (long long)(piece.end - piece.begin);
     WeightCopy& copy = copy_of(r);
-    float* w = copy.params.data() + piece.begin;
-    float const* g = reduced_at(r, piece.begin);
-    auto slot = [&](std::size_t i) { return copy.slots[i].data() + piece.begin; };
-    optim::StepInfo const step{this->step_ + 1};
-    if constexpr (std::is_same_v<Opt, optim::Sgd>) {
-      float* v = copy.slots.empty() ? nullptr : slot(0);
-      c.launch(Kernel::sgd, n, w, g, v, n, optimizer_.lr * step.lr_scale, optimizer_.momentum, int(optimizer_.nesterov));
-    } else {
-      float decay = 0.0f;
-      if constexpr (std::is_same_v<Opt, optim::AdamW>) decay = optimizer_.weight_decay;
-      float const lr = optimizer_.lr * step.lr_scale;
-      float const step_size = optim::detail::adam_step_size(lr, optimizer_.beta1, optimizer_.beta2, step.t);
-      float const keep = piece.decay ? 1.0f - lr * decay : 1.0f;
-      c.launch(Kernel::adam, n, w, g, slot(0), slot(1), n, optimizer_.beta1, optimizer_.beta2, optimizer_.epsilon,
-               step_size, keep);
-    }
+    std::array<float*, optim::max_rule_slots> slots{};
+    for (std::size_t i = 0; i < copy.slots.size(); ++i) slots[i] = copy.slots[i].data() + piece.begin;
+    optim::launch_rule(c, optimizer_.rule({this->step_ + 1, 1.0f, piece.decay}), copy.params.data() + piece.begin,
+                       reduced_at(r, piece.begin), slots, int(copy.slots.size()), piece.end - piece.begin);
   }
 
-  // Lamb (optim/lamb.hpp's two phases): each piece's moments and its shares of ||w||^2 and
-  // ||u||^2 on the device, one read back; after a barrier, each tensor's shares added over
-  // the replicas in replica order (one answer everywhere), then the update with its trust ratio.
+  // A layer-wise optimizer (Lamb's two phases, optim/lamb.hpp): each piece's moments and its
+  // shares of ||w||^2 and ||u||^2 on the device, one read back; after a barrier, each
+  // tensor's shares added over the replicas in replica order (one answer everywhere), then
+  // the update with its trust ratio.
   void apply_layerwise(Context& c, int r) {
     auto const& pieces = pieces_[std::size_t(r)];
     LayerwiseScratch& s = layerwise_[std::size_t(r)];
     WeightCopy& copy = copy_of(r);
-    optim::StepInfo const step{this->step_ + 1};
-    auto direction = [&](Piece const& piece) { return optimizer_.direction({step.t, step.lr_scale, piece.decay}); };
+    std::int64_t const t = this->step_ + 1;
     for (std::size_t p = 0; p < pieces.size(); ++p) {
       Piece const& piece = pieces[p];
-      auto const d = direction(piece);
-      c.launch_blocks(Kernel::lamb_moments, sum_blocks, static_cast<float const*>(copy.params.data() + piece.begin),
-                      static_cast<float const*>(reduced_at(r, piece.begin)), copy.slots[0].data() + piece.begin,
-                      copy.slots[1].data() + piece.begin, (long long)(piece.end - piece.begin), optimizer_.beta1,
-                      optimizer_.beta2, d.m_correction, d.v_correction, d.epsilon, d.decay, s.partials.data());
+      optim::launch_layerwise_moments(c, optimizer_.rule({t, 1.0f, piece.decay}), copy.params.data() + piece.begin,
+                                      reduced_at(r, piece.begin), copy.slots[0].data() + piece.begin,
+                                      copy.slots[1].data() + piece.begin, piece.end - piece.begin, s.partials.data());
       double const* partials = s.partials.data();
       c.launch_blocks(Kernel::sum_doubles, 1, partials, sum_blocks, s.sums.data() + 2 * p);
       c.launch_blocks(Kernel::sum_doubles, 1, partials + sum_blocks, sum_blocks, s.sums.data() + 2 * p + 1);
@@ -483,13 +468,11 @@ class StepRunner : public train::StepProgress<Config> {
     for (Piece const& piece : pieces) {
       optim::NormShares tensor;
       for (auto const& replica : layerwise_) tensor += replica.tensors[piece.tensor];
-      auto const d = direction(piece);
-      float const rate = optimizer_.lr * step.lr_scale * (piece.decay ? Opt::trust_ratio(tensor) : 1.0f);
-      long long const n = (long long)(piece.end - piece.begin);
-      c.launch(Kernel::lamb_apply, n, copy.params.data() + piece.begin,
-               static_cast<float const*>(copy.slots[0].data() + piece.begin),
-               static_cast<float const*>(copy.slots[1].data() + piece.begin), n, rate, d.m_correction, d.v_correction,
-               d.epsilon, d.decay);
+      optim::StepInfo const step{t, 1.0f, piece.decay};
+      float const rate = optimizer_.step_rate(step, Opt::trust_ratio(tensor));
+      optim::launch_layerwise_apply(c, optimizer_.rule(step), copy.params.data() + piece.begin,
+                                    copy.slots[0].data() + piece.begin, copy.slots[1].data() + piece.begin,
+                                    piece.end - piece.begin, rate);
     }
   }
 

@@ -15,9 +15,25 @@
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
+#include "strata/optim/element_rule.hpp"
 #include "strata/optim/optimizer.hpp"
 
 namespace strata::optim {
+
+// One weight's update, on the CPU and in the Cuda kernels (optim/element_rule.hpp): the
+// bias corrections are folded into step_size and the decoupled decay into keep.
+STRATA_ELEMENT_RULE(AdamRule, struct AdamRule {
+  float beta1;
+  float beta2;
+  float epsilon;
+  float step_size;
+  float keep;
+  void operator()(float& w, float g, float& m, float& v) const {
+    m = beta1 * m + (1.0f - beta1) * g;
+    v = beta2 * v + (1.0f - beta2) * g * g;
+    w = keep * w - step_size * m / (sqrtf(v) + epsilon);
+  }
+};)
 
 namespace detail {
 
@@ -47,21 +63,10 @@ inline float adam_step_size(float lr, float beta1, float beta2, std::int64_t t) 
   return float(double(lr) * std::sqrt(1.0 - std::pow(double(beta2), double(t))) / (1.0 - std::pow(double(beta1), double(t))));
 }
 
-inline void adam_update(std::span<float> w, std::span<float const> g, AdamMoments& s, std::size_t offset,
-                        StepInfo step, float base_lr, float beta1, float beta2, float epsilon, float decay) {
+// The step's rule: lr scaled by the schedule, decay only on the tensors that take it.
+inline AdamRule adam_rule(StepInfo step, float base_lr, float beta1, float beta2, float epsilon, float decay) {
   float const lr = base_lr * step.lr_scale;
-  float const step_size = adam_step_size(lr, beta1, beta2, step.t);
-  float const keep = step.decay ? 1.0f - lr * decay : 1.0f;
-  std::size_t const n = w.size();
-  float* __restrict wp = w.data();
-  float const* __restrict gp = g.data();
-  float* __restrict mp = s.m.data() + offset;
-  float* __restrict vp = s.v.data() + offset;
-  for (std::size_t i = 0; i < n; ++i) {
-    mp[i] = beta1 * mp[i] + (1.0f - beta1) * gp[i];
-    vp[i] = beta2 * vp[i] + (1.0f - beta2) * gp[i] * gp[i];
-    wp[i] = keep * wp[i] - step_size * mp[i] / (std::sqrt(vp[i]) + epsilon);
-  }
+  return {beta1, beta2, epsilon, adam_step_size(lr, beta1, beta2, step.t), step.decay ? 1.0f - lr * decay : 1.0f};
 }
 
 }  // namespace detail
@@ -76,8 +81,9 @@ struct Adam {
   using State = detail::AdamMoments;
   void validate() const { detail::check_adam("Adam", lr, beta1, beta2, epsilon); }
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
+  [[nodiscard]] AdamRule rule(StepInfo step) const { return detail::adam_rule(step, lr, beta1, beta2, epsilon, 0.0f); }
   void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, StepInfo step) const {
-    detail::adam_update(w, g, s, offset, step, lr, beta1, beta2, epsilon, 0.0f);
+    apply_rule(rule(step), w, g, s, offset);
   }
 };
 
@@ -99,8 +105,11 @@ struct AdamW {
                                                 " must be >= 0 with lr * weight_decay < 1"));
   }
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
+  [[nodiscard]] AdamRule rule(StepInfo step) const {
+    return detail::adam_rule(step, lr, beta1, beta2, epsilon, weight_decay);
+  }
   void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, StepInfo step) const {
-    detail::adam_update(w, g, s, offset, step, lr, beta1, beta2, epsilon, weight_decay);
+    apply_rule(rule(step), w, g, s, offset);
   }
 };
 

@@ -17,9 +17,29 @@
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
 #include "strata/optim/adam.hpp"
+#include "strata/optim/element_rule.hpp"
 #include "strata/optim/optimizer.hpp"
 
 namespace strata::optim {
+
+// One weight's two phases, on the CPU and in the Cuda kernels (optim/element_rule.hpp):
+// moments() updates m and v and returns u; direction() recomputes u from them.
+STRATA_ELEMENT_RULE(LambRule, struct LambRule {
+  float beta1;
+  float beta2;
+  float m_correction;
+  float v_correction;
+  float epsilon;
+  float decay;
+  float direction(float w, float m, float v) const {
+    return (m * m_correction) / (sqrtf(v * v_correction) + epsilon) + decay * w;
+  }
+  float moments(float w, float g, float& m, float& v) const {
+    m = beta1 * m + (1.0f - beta1) * g;
+    v = beta2 * v + (1.0f - beta2) * g * g;
+    return direction(w, m, v);
+  }
+};)
 
 struct Lamb {
   static constexpr char const* name = "Lamb";
@@ -39,17 +59,22 @@ struct Lamb {
   }
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(size), AlignedBuffer(size)}; }
 
+  // The step's rule: bias corrections of step t, decay only on the tensors that take it.
+  [[nodiscard]] LambRule rule(StepInfo step) const {
+    double const t = double(step.t);
+    return {beta1, beta2, float(1.0 / (1.0 - std::pow(double(beta1), t))),
+            float(1.0 / (1.0 - std::pow(double(beta2), t))), epsilon, step.decay ? weight_decay : 0.0f};
+  }
+
   // Updates the moments of the slice and returns its share of ||w||^2 and ||u||^2.
   NormShares moments(std::span<float const> w, std::span<float const> g, State& s, std::size_t offset,
                      StepInfo step) const {
     NormShares shares;
     float* __restrict mp = s.m.data() + offset;
     float* __restrict vp = s.v.data() + offset;
-    Direction const d = direction(step);
+    LambRule const r = rule(step);
     for (std::size_t i = 0; i < w.size(); ++i) {
-      mp[i] = beta1 * mp[i] + (1.0f - beta1) * g[i];
-      vp[i] = beta2 * vp[i] + (1.0f - beta2) * g[i] * g[i];
-      float const u = d(mp[i], vp[i], w[i]);
+      float const u = r.moments(w[i], g[i], mp[i], vp[i]);
       shares.weight += double(w[i]) * w[i];
       shares.update += double(u) * u;
     }
@@ -60,10 +85,14 @@ struct Lamb {
   void apply(std::span<float> w, State& s, std::size_t offset, StepInfo step, float ratio) const {
     float const* __restrict mp = s.m.data() + offset;
     float const* __restrict vp = s.v.data() + offset;
-    Direction const d = direction(step);
-    float const rate = lr * step.lr_scale * (step.decay ? ratio : 1.0f);
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= rate * d(mp[i], vp[i], w[i]);
+    LambRule const r = rule(step);
+    float const rate = step_rate(step, ratio);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= rate * r.direction(w[i], mp[i], vp[i]);
   }
+
+  // What u is scaled by: the learning rate times the tensor's trust ratio (not for the
+  // tensors excluded from decay).
+  [[nodiscard]] float step_rate(StepInfo step, float ratio) const { return lr * step.lr_scale * (step.decay ? ratio : 1.0f); }
 
   // The trust ratio of a tensor from its summed shares.
   [[nodiscard]] static float trust_ratio(NormShares const& t) {
@@ -76,22 +105,8 @@ struct Lamb {
     float const ratio = trust_ratio(moments(w, g, s, offset, step));
     apply(w, s, offset, step, ratio);
   }
-
-  // u of one element, with the step's bias corrections and decay (the Cuda kernel takes the
-  // same four numbers).
-  struct Direction {
-    float m_correction, v_correction, epsilon, decay;
-    float operator()(float m, float v, float w) const {
-      return (m * m_correction) / (std::sqrt(v * v_correction) + epsilon) + decay * w;
-    }
-  };
-  [[nodiscard]] Direction direction(StepInfo step) const {
-    double const t = double(step.t);
-    return {float(1.0 / (1.0 - std::pow(double(beta1), t))), float(1.0 / (1.0 - std::pow(double(beta2), t))), epsilon,
-            step.decay ? weight_decay : 0.0f};
-  }
 };
 
-static_assert(LayerwiseOptimizer<Lamb>);
+static_assert(LayerwiseRuleOptimizer<Lamb>);
 
 }  // namespace strata::optim

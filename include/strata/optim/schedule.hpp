@@ -112,6 +112,17 @@ struct Scheduled {
   void update(std::span<float> w, std::span<float const> g, State& s, std::size_t offset, StepInfo step) const {
     optimizer.update(w, g, s, offset, at(step));
   }
+  // The optimizer's element rule at the scheduled rate: what the Cuda device runs.
+  [[nodiscard]] auto rule(StepInfo step) const
+    requires requires { optimizer.rule(step); }
+  {
+    return optimizer.rule(at(step));
+  }
+  [[nodiscard]] float step_rate(StepInfo step, float ratio) const
+    requires requires { optimizer.step_rate(step, ratio); }
+  {
+    return optimizer.step_rate(at(step), ratio);
+  }
   NormShares moments(std::span<float const> w, std::span<float const> g, State& s, std::size_t offset,
                      StepInfo step) const
     requires LayerwiseOptimizer<Opt>

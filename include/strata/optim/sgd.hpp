@@ -10,9 +10,23 @@
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
+#include "strata/optim/element_rule.hpp"
 #include "strata/optim/optimizer.hpp"
 
 namespace strata::optim {
+
+// One weight's update, on the CPU and in the Cuda kernels (optim/element_rule.hpp).
+STRATA_ELEMENT_RULE(SgdRule, struct SgdRule {
+  float rate;
+  float momentum;
+  bool nesterov;
+  void operator()(float& w, float g) const { w -= rate * g; }
+  void operator()(float& w, float g, float& v) const {
+    v = momentum * v - rate * g;
+    if (nesterov) w += momentum * v - rate * g;
+    else w += v;
+  }
+};)
 
 struct Sgd {
   static constexpr char const* name = "Sgd";
@@ -38,27 +52,10 @@ struct Sgd {
 
   [[nodiscard]] State make_state(std::size_t size) const { return {AlignedBuffer(momentum > 0.0f ? size : 0)}; }
 
+  // The step's rule: without momentum (no state slot) or with it (the velocity).
+  [[nodiscard]] SgdRule rule(StepInfo step) const { return {lr * step.lr_scale, momentum, nesterov}; }
   void update(std::span<float> w, std::span<float const> g, State& state, std::size_t offset, StepInfo step) const {
-    float const rate = lr * step.lr_scale;
-    std::size_t const n = w.size();
-    float* __restrict wp = w.data();
-    float const* __restrict gp = g.data();
-    if (momentum == 0.0f) {
-      for (std::size_t i = 0; i < n; ++i) wp[i] -= rate * gp[i];
-      return;
-    }
-    float* __restrict vp = state.velocity.data() + offset;
-    if (nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        vp[i] = momentum * vp[i] - rate * gp[i];
-        wp[i] += momentum * vp[i] - rate * gp[i];
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        vp[i] = momentum * vp[i] - rate * gp[i];
-        wp[i] += vp[i];
-      }
-    }
+    apply_rule(rule(step), w, g, state, offset);
   }
 };
 
