@@ -132,7 +132,7 @@ void Step(benchmark::State& state, cuda::GemmPrecision precision) {
   for (auto& l : labels) l = std::int32_t(rng() % 10);
   data::Dataset const data(std::move(features), labels);
   strategy::BasicStrategy<policy::Config<OneDevice, Cuda, Precision>> strategy;
-  cuda::StepRunner<policy::Config<OneDevice, Cuda, Precision>, Wide, Sgd, SoftmaxCrossEntropy> runner(
+  train::StepRunner<policy::Config<OneDevice, Cuda, Precision>, Wide, Sgd, SoftmaxCrossEntropy> runner(
       strategy, *model, Sgd{.lr = 1e-4f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, batch, 0);
   if (precision == cuda::GemmPrecision::tf32) runner.set_gemm_precision(precision);
   data::Batch const one{data.features(), data.targets(), batch, 0};

@@ -380,7 +380,7 @@ TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as 
   auto run = [&](int ahead) {
     GpuModel model(25);
     strategy::BasicStrategy<Config> strategy;
-    cuda::StepRunner<Config, GpuModel, Adam, SoftmaxCrossEntropy> runner(strategy, model, Adam{}, SoftmaxCrossEntropy{}, 64, 0);
+    train::StepRunner<Config, GpuModel, Adam, SoftmaxCrossEntropy> runner(strategy, model, Adam{}, SoftmaxCrossEntropy{}, 64, 0);
     std::vector<double> losses;
     for (int epoch = 0; epoch < 2; ++epoch)
       for (int k = 0; k < 3; ++k) {
@@ -404,7 +404,7 @@ TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as 
   bad.targets = view(labels);
   GpuModel model(25);
   strategy::BasicStrategy<Config> strategy;
-  cuda::StepRunner<Config, GpuModel, Adam, SoftmaxCrossEntropy> runner(strategy, model, Adam{}, SoftmaxCrossEntropy{}, 64, 0);
+  train::StepRunner<Config, GpuModel, Adam, SoftmaxCrossEntropy> runner(strategy, model, Adam{}, SoftmaxCrossEntropy{}, 64, 0);
   runner.train_on_batch(batches[0], &bad);
   CHECK_THROWS_WITH_AS(runner.train_on_batch(bad), doctest::Contains("label 7 of sample 5"), DataError);
   CHECK(runner.optimizer_steps() == 1);
@@ -420,7 +420,7 @@ TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as 
   Matrix all_labels = strata::detail::eigen(data.targets());
   all_labels(0, 150) = 9.0f;
   data::Dataset const mislabelled(features_of(data), all_labels);
-  cuda::Evaluator<Config, GpuModel> evaluator(gpu.strategy(), model, 48);  // past Trainer's up-front check
+  train::Evaluator<Config, GpuModel> evaluator(gpu.strategy(), model, 48);  // past Trainer's up-front check
   CHECK_THROWS_WITH_AS(evaluator.evaluate(SoftmaxCrossEntropy{}, mislabelled), doctest::Contains("label 9 of sample"),
                        DataError);
 }
@@ -457,9 +457,9 @@ TEST_CASE("gpus2: Mirrored<2> with one GPU per replica over NCCL matches OneDevi
   using Probe = Sequential<Dense<4, 3>>;
   strategy::BasicStrategy<Config> strategy;
   Probe probe(1);
-  cuda::StepRunner<Config, Probe, Sgd, SoftmaxCrossEntropy> runner(strategy, probe, Sgd{}, SoftmaxCrossEntropy{}, 4, 0);
-  CHECK(runner.across_gpus());
-  CHECK(runner.devices() == std::vector<int>{0, 1});
+  train::StepRunner<Config, Probe, Sgd, SoftmaxCrossEntropy> runner(strategy, probe, Sgd{}, SoftmaxCrossEntropy{}, 4, 0);
+  CHECK(runner.gradient_sync().across_gpus());
+  CHECK(runner.gradient_sync().devices() == std::vector<int>{0, 1});
 
   GpuModel const model(24);
   CHECK(max_difference(train_copy<OneDevice, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-4);

@@ -1,6 +1,7 @@
 #pragma once
 // Evaluator: distributed inference over a dataset — the mean loss and accuracy (evaluate)
-// or the model's outputs (predict) — with each replica on its shard of every batch. Under
+// or the model's outputs (predict) — with each replica's ReplicaPass on its shard of every
+// batch, on any device (a device copies the next shard while this one computes). Under
 // mixed precision it computes as training does: on the weights rounded to the compute type,
 // with 16-bit activations.
 
@@ -59,25 +60,27 @@ void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int bat
 template <class Config, class Model>
 class Evaluator {
  public:
-  using backend = typename strategy::BasicStrategy<Config>::backend;
+  using device = typename Config::device;
   using compute_type = typename Config::precision::compute_type;
+  using Pass = ReplicaPass<Model, device, compute_type>;
   static constexpr int num_replicas = Config::num_replicas;
 
   Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size)
-      : group_(&strategy.group()), model_(&model), batch_size_(global_batch_size) {
+      : group_(&strategy.group()), model_(&model), batch_size_(global_batch_size),
+        weights_(model.parameters(), num_replicas) {
     strategy::check_global_batch(global_batch_size, num_replicas);
-    workspaces_.reserve(num_replicas);
-    for (int r = 0; r < num_replicas; ++r)
-      workspaces_.emplace_back(strategy::max_shard_size(global_batch_size, num_replicas));
+    int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
+    passes_.reserve(num_replicas);
+    for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard, weights_.device_of(r));
   }
 
   // Mean loss (and accuracy for classification losses) over every sample of `data`.
   template <nn::Loss LossFn>
   Evaluation evaluate(LossFn const& loss, data::Dataset const& data) {
     std::array<Tally, num_replicas> tallies{};
-    float const* params = weights();
-    for_each_batch(data, [&](strategy::Shard const& shard, int r, auto& ws) {
-      tallies[std::size_t(r)] += forward_shard<backend>(*model_, ws, params, loss, shard, {});
+    weights_.refresh(0, Model::arena_size);
+    for_each_batch(data, [&](Pass& pass, int r, strategy::Shard const& shard, bool staged, strategy::Shard const* next) {
+      tallies[std::size_t(r)] += pass.evaluate(*model_, weights_(r), loss, shard, staged, next);
     });
     return summarize<LossFn>(tallies);
   }
@@ -86,45 +89,41 @@ class Evaluator {
   Matrix predict(data::Dataset const& data) {
     Matrix out(Model::output_width, Eigen::Index(data.size()));
     std::int64_t batch_start = 0;
-    float const* params = weights();
+    weights_.refresh(0, Model::arena_size);
     for_each_batch(
         data,
-        [&](strategy::Shard const& shard, int, auto& ws) {
-          model_->template forward<backend>(ws, params, shard.features, {});
-          out.middleCols(Eigen::Index(batch_start + shard.first_sample), shard.size) = strata::detail::eigen(ws.output());
+        [&](Pass& pass, int r, strategy::Shard const& shard, bool staged, strategy::Shard const* next) {
+          float* const columns = out.data() + (batch_start + shard.first_sample) * Model::output_width;
+          pass.predict(*model_, weights_(r), shard, staged, next, columns);
         },
         &batch_start);
     return out;
   }
 
  private:
-  // The weights the forward pass reads: the model's, or a copy rounded to the compute type.
-  float const* weights() {
-    if constexpr (std::is_same_v<compute_type, float>) {
-      return model_->parameters().data();
-    } else {
-      if (rounded_.size() == 0) rounded_ = AlignedBuffer(Model::arena_size);
-      std::copy(model_->parameters().begin(), model_->parameters().end(), rounded_.data());
-      round_to<compute_type>(rounded_.data(), Model::arena_size);
-      return rounded_.data();
-    }
-  }
-
-  // Calls fn(shard, replica, workspace) on every replica for every batch of `data`, in order.
+  // Calls fn(pass, replica, shard, staged, next) on every replica for every batch of `data`,
+  // in order: `staged` says the replica's pass copied this shard ahead during the previous
+  // batch, `next` is its shard of the following batch (nullptr after the last).
   template <class Fn>
   void for_each_batch(data::Dataset const& data, Fn&& fn, std::int64_t* batch_start = nullptr) {
     Model::check_input_width(data.feature_width());
+    std::array<bool, num_replicas> staged{};
     for_each_shard(
         *group_, data, batch_size_, num_replicas,
-        [&](strategy::Shard const& shard, strategy::Shard const*, int r) { fn(shard, r, workspaces_[std::size_t(r)]); },
+        [&](strategy::Shard const& shard, strategy::Shard const* next, int r) {
+          Pass& pass = passes_[std::size_t(r)];
+          [[maybe_unused]] auto const bound = pass.bind();
+          fn(pass, r, shard, staged[std::size_t(r)], next);
+          staged[std::size_t(r)] = Pass::copies_ahead && next != nullptr;
+        },
         batch_start);
   }
 
   comm::ThreadGroup* group_;
   Model const* model_;
   int batch_size_;
-  std::vector<typename Model::template Workspace<backend, compute_type>> workspaces_;
-  AlignedBuffer rounded_;
+  ReplicaWeights<device, compute_type> weights_;  // what the forward passes read
+  std::vector<Pass> passes_;
 };
 
 }  // namespace strata::train

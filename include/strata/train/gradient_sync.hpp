@@ -17,6 +17,8 @@
 //                           same on every replica (a barrier); every process sees the same
 //                           reduced gradient, so local shares make a global decision
 //   barrier(r)              every local replica is here
+//   slice(r)                the part of the arena replica r updates
+//   device_of(r)            the device (GPU) replica r computes on
 //   num_replicas_in_sync()  replicas of the whole job: local ones × processes (run time)
 //
 // ThreadSync serves OneDevice and Mirrored<N> on the CPU: no copy and no collective, the
@@ -24,6 +26,8 @@
 // CommunicatorSync<Comm> serves any Communicator (threads, MPI, the Hierarchical of both):
 // the gradients are all-reduced in BucketBytes<B> buckets, each started as soon as backward
 // completes it (the overlap of PyTorch DDP and Horovod), on a communication thread.
+// DeviceSync<N> (train/gradient_sync_cuda.hpp) serves them on Cuda: the replicas' arenas in
+// device memory, summed by a kernel on one GPU or reduce-scattered over NCCL across GPUs.
 
 #include <array>
 #include <cstddef>
@@ -43,14 +47,12 @@
 
 namespace strata::train {
 
-// What every sync shares: the replica threads, one gradient arena per local replica, and
-// the per-replica doubles that sum() adds.
+// What every sync shares: the replica threads, and the per-replica doubles that sum() adds.
 template <int Replicas>
-class ReplicaArenas {
+class ReplicaBarrier {
  public:
   static constexpr int local_replicas = Replicas;
 
-  [[nodiscard]] float* gradients(int r) { return gradients_[std::size_t(r)]; }
   void barrier(int r) { group_->barrier(r); }
   double sum(int r, double share) {
     shares_[std::size_t(r)].value = share;
@@ -59,14 +61,35 @@ class ReplicaArenas {
     for (auto const& s : shares_) total += s.value;  // replica order: one answer everywhere
     return total;
   }
-  // The slice of the arena replica r updates: equal cache-line-aligned parts.
-  [[nodiscard]] comm::Slice slice(int r) const { return comm::owned_slice(arena_, local_replicas, r); }
 
  protected:
-  ReplicaArenas(comm::ThreadGroup& group, std::span<float> model_gradients) : group_(&group), arena_(model_gradients.size()) {
+  explicit ReplicaBarrier(comm::ThreadGroup& group) : group_(&group) {
     if (group.size() != local_replicas)
       throw ConfigError(strata::detail::message("GradientSync: the strategy has ", group.size(),
                                                 " replica threads but the step was built for ", local_replicas));
+  }
+
+  comm::ThreadGroup* group_;
+
+ private:
+  std::array<OnCacheLine<double>, local_replicas> shares_{};
+};
+
+// The syncs of host memory: one gradient arena per local replica (the first is the model's).
+template <int Replicas>
+class ReplicaArenas : public ReplicaBarrier<Replicas> {
+ public:
+  using ReplicaBarrier<Replicas>::local_replicas;
+
+  [[nodiscard]] float* gradients(int r) { return gradients_[std::size_t(r)]; }
+  // The slice of the arena replica r updates: equal cache-line-aligned parts.
+  [[nodiscard]] comm::Slice slice(int r) const { return comm::owned_slice(arena_, local_replicas, r); }
+  // Every replica computes on the one device of the host.
+  [[nodiscard]] static constexpr int device_of(int) { return 0; }
+
+ protected:
+  ReplicaArenas(comm::ThreadGroup& group, std::span<float> model_gradients)
+      : ReplicaBarrier<Replicas>(group), arena_(model_gradients.size()) {
     gradients_[0] = model_gradients.data();
     for (int r = 1; r < local_replicas; ++r) {
       owned_[std::size_t(r)] = AlignedBuffer(arena_);
@@ -74,13 +97,11 @@ class ReplicaArenas {
     }
   }
 
-  comm::ThreadGroup* group_;
   std::size_t arena_;
   std::array<float*, local_replicas> gradients_{};
 
  private:
   std::array<AlignedBuffer, local_replicas> owned_;  // [0] unused: replica 0 writes the model's
-  std::array<OnCacheLine<double>, local_replicas> shares_{};
 };
 
 // OneDevice and Mirrored<N> on the CPU: the owner of a slice reads every replica's arena.

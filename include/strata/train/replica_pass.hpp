@@ -1,14 +1,23 @@
 #pragma once
 // ReplicaPass: one replica's forward, loss and backward over its shard, the first of the
-// three parts a training step is built from (train/step_runner.hpp); forward_shard is the
-// piece the training step, evaluation and prediction share.
+// three parts a training step is built from (train/step_runner.hpp), and what evaluation
+// and prediction run per replica (train/evaluator.hpp); forward_shard is the piece they
+// share. ReplicaWeights: the weights those passes read.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <span>
+#include <type_traits>
 
+#include "strata/core/aligned_buffer.hpp"
 #include "strata/core/backend.hpp"
+#include "strata/core/dtype.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/nn/metric.hpp"
+#include "strata/policy/device.hpp"
+#include "strata/policy/slot.hpp"
 #include "strata/strategy/distribute.hpp"
 
 namespace strata::train {
@@ -40,31 +49,95 @@ Tally forward_shard(Model const& model, Workspace& ws, float const* params, Loss
   return tally;
 }
 
-// One replica's workspace (activations sized once for its largest shard) and its pass.
-// `Backend` is the device's math, `T` the precision activations are stored in.
-template <class Model, class Backend, class T>
+// One replica's workspace (activations sized once for its largest shard) and its passes:
+// train (forward, loss, backward), evaluate (forward and loss) and predict (forward), on the
+// device `Device`, with activations stored in `T`. The CPU reads shards in place; the Cuda
+// pass (train/replica_pass_cuda.hpp) copies them to the GPU, the next one while this one
+// computes. Every pass is given the shard, whether the call before staged it (`staged`)
+// and the shard of the next call (`next`, or nullptr) that a device copies ahead.
+template <class Model, class Device, class T>
 class ReplicaPass {
- public:
-  using Workspace = typename Model::template Workspace<Backend, T>;
+  static_assert(policy::dependent_false<Device>,
+                "strata::Cuda needs #include <strata/cuda.hpp> and the strata::cuda CMake target (docs/gpu.md)");
+};
 
-  explicit ReplicaPass(int max_shard) : workspace_(max_shard) {}
+template <class Model, class T>
+class ReplicaPass<Model, policy::Cpu, T> {
+ public:
+  using backend = CpuBackend;
+  using Workspace = typename Model::template Workspace<backend, T>;
+  static constexpr bool copies_ahead = false;  // shards are read where they are
+  struct Binding {};                           // nothing to bind on the host
+
+  ReplicaPass(int max_shard, int /*device*/) : workspace_(max_shard) {}
+
+  // For the duration of a replica's task (a device binds its context to the thread).
+  [[nodiscard]] Binding bind() { return {}; }
 
   // Forward, loss and backward on `shard` with the weights `params`, writing (or, when
   // `accumulate`, adding) the gradients to `gradients`; layer_done(l) as each layer's
   // gradients are final. Returns the shard's loss and correct counts.
   template <class LossFn, class LayerDone>
-  Tally train(Model const& model, float const* params, LossFn const& loss, strategy::Shard const& shard,
-              nn::ForwardContext const& context, float loss_scale, float* gradients, bool accumulate,
-              LayerDone&& layer_done) {
-    Tally const tally = forward_shard<Backend>(model, workspace_, params, loss, shard, context, loss_scale);
-    model.template backward<Backend>(workspace_, params, gradients, shard.features, accumulate, layer_done);
+  Tally train(Model const& model, float const* params, LossFn const& loss, strategy::Shard const& shard, bool /*staged*/,
+              strategy::Shard const* /*next*/, nn::ForwardContext const& context, float loss_scale, float* gradients,
+              bool accumulate, LayerDone&& layer_done) {
+    Tally const tally = forward_shard<backend>(model, workspace_, params, loss, shard, context, loss_scale);
+    model.template backward<backend>(workspace_, params, gradients, shard.features, accumulate, layer_done);
     return tally;
+  }
+
+  // The loss and correct counts of `shard`, in inference mode.
+  template <class LossFn>
+  Tally evaluate(Model const& model, float const* params, LossFn const& loss, strategy::Shard const& shard,
+                 bool /*staged*/, strategy::Shard const* /*next*/) {
+    return forward_shard<backend>(model, workspace_, params, loss, shard, {});
+  }
+
+  // The model's outputs for `shard` into out[0, output_width * shard.size), in host memory.
+  void predict(Model const& model, float const* params, strategy::Shard const& shard, bool /*staged*/,
+               strategy::Shard const* /*next*/, float* out) {
+    model.template forward<backend>(workspace_, params, shard.features, {});
+    std::copy_n(workspace_.output().data, workspace_.output().size(), out);
   }
 
   [[nodiscard]] Workspace& workspace() { return workspace_; }
 
  private:
   Workspace workspace_;
+};
+
+// The weights the replicas' forward passes read, made from the host's float weights: on the
+// CPU the host weights themselves, or (mixed precision) one copy rounded to T. The Cuda
+// form (train/replica_pass_cuda.hpp) keeps a copy on each GPU.
+template <class Device, class T>
+class ReplicaWeights;
+
+template <class T>
+class ReplicaWeights<policy::Cpu, T> {
+ public:
+  static constexpr bool rounded = !std::is_same_v<T, float>;
+
+  ReplicaWeights(std::span<float const> host, int /*replicas*/) : host_(host) {
+    if constexpr (rounded) copy_ = AlignedBuffer(host.size());
+    refresh(0, host.size());
+  }
+
+  // After the host weights [begin, end) changed.
+  void refresh(std::size_t begin, std::size_t end) {
+    if constexpr (rounded) {
+      std::copy(host_.data() + begin, host_.data() + end, copy_.data() + begin);
+      round_to<T>(copy_.data() + begin, end - begin);
+    }
+  }
+  [[nodiscard]] float const* operator()(int /*replica*/) const {
+    if constexpr (rounded) return copy_.data();
+    else return host_.data();
+  }
+  [[nodiscard]] static constexpr int device_of(int) { return 0; }
+
+ private:
+  std::span<float const> host_;
+  AlignedBuffer copy_;  // mixed precision: the weights rounded to T
 };
 
 }  // namespace strata::train

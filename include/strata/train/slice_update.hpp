@@ -22,6 +22,8 @@
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/optim/optimizer.hpp"
+#include "strata/policy/device.hpp"
+#include "strata/train/replica_pass.hpp"
 
 namespace strata::train {
 
@@ -56,23 +58,36 @@ inline double sum_of_squares(float const* x, std::size_t n) {
   return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
+// The update of a device: each replica updates its slice of the weights with `Opt`, for
+// `Replicas` local replicas whose forward passes read the weights in T. Offers:
+//   run(r, sync, scale, step, decide)   replica r's update (below); the gradient floats it reduced
+//   forward_weights(r)                  the weights replica r's forward pass reads
+//   resume()                            after the host weights or state were restored
+//   sync_to_host()                      brings the host weights and state (checkpoints) up to date
+// The Cuda form is in train/slice_update_cuda.hpp.
+template <optim::Optimizer Opt, class Device, int Replicas, class T>
+class SliceUpdate;
+
 // On the CPU: one shared copy of the weights and the optimizer state, each replica
 // writing only its slice of them.
-template <optim::Optimizer Opt, int Replicas>
-class SliceUpdate {
+template <optim::Optimizer Opt, int Replicas, class T>
+class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
  public:
   static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
   static constexpr std::size_t chunk_floats = 2048;  // 8 KiB: reduced and updated while in L1
 
-  // `slice(r)`: the slice replica r owns. `whole_gradient_first`: a global decision is taken
-  // on the whole reduced gradient before any weight moves.
-  template <class SliceOf>
-  SliceUpdate(Opt const& optimizer, std::vector<nn::ParameterTensor> const& tensors, std::size_t arena,
-              SliceOf&& slice, bool whole_gradient_first)
-      : optimizer_(optimizer), state_(optimizer.make_state(arena)), whole_gradient_first_(whole_gradient_first || layerwise) {
+  // `weights`: the host weights, updated in place; `sync` gives the slice each replica owns.
+  // `whole_gradient_first`: a global decision is taken on the whole reduced gradient before
+  // any weight moves.
+  template <class Sync>
+  SliceUpdate(Opt const& optimizer, std::vector<nn::ParameterTensor> const& tensors, std::span<float> weights,
+              Sync& sync, bool whole_gradient_first)
+      : optimizer_(optimizer), state_(optimizer.make_state(weights.size())), weights_(weights.data()),
+        arena_(weights.size()), forward_(weights, Replicas), whole_gradient_first_(whole_gradient_first || layerwise) {
     optimizer_.validate();
+    std::size_t const arena = weights.size();
     for (int r = 0; r < Replicas; ++r) {
-      pieces_[std::size_t(r)] = plan_pieces(tensors, slice(r), optimizer_);
+      pieces_[std::size_t(r)] = plan_pieces(tensors, sync.slice(r), optimizer_);
       for (Piece const& piece : pieces_[std::size_t(r)])
         slice_floats_[std::size_t(r)] += std::int64_t(piece.end - piece.begin);
       scratch_[std::size_t(r)] = AlignedBuffer(chunk_floats);
@@ -81,12 +96,30 @@ class SliceUpdate {
     if (whole_gradient_first_) reduced_ = AlignedBuffer(arena);
   }
 
-  // Replica r's update of its slice of `weights`. `decide(squared_norm)` (called only when
-  // the whole gradient is seen first) returns whether to `apply` and the clipping `factor`
-  // (StepProgress::decide).
+  // Replica r's update of its slice of the weights, from the sum over replicas of the
+  // gradients times `scale`. `decide(squared_norm)` (called only when the whole gradient is
+  // seen first) returns whether to `apply` and the clipping `factor` (StepProgress::decide).
   // Returns the floats of gradient it reduced.
   template <class Sync, class Decide>
-  std::int64_t run(int r, Sync& sync, float* weights, float scale, std::int64_t step, Decide&& decide) {
+  std::int64_t run(int r, Sync& sync, float scale, std::int64_t step, Decide&& decide) {
+    std::int64_t const reduced_floats = update(r, sync, scale, step, decide);
+    comm::Slice const mine = sync.slice(r);
+    forward_.refresh(mine.begin, mine.end);
+    return reduced_floats;
+  }
+
+  [[nodiscard]] float const* forward_weights(int r) const { return forward_(r); }
+  void resume() { forward_.refresh(0, arena_); }
+  void sync_to_host() {}  // the weights and state are the host's
+
+  [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
+  [[nodiscard]] typename Opt::State& state() { return state_; }
+  [[nodiscard]] typename Opt::State const& state() const { return state_; }
+
+ private:
+  template <class Sync, class Decide>
+  std::int64_t update(int r, Sync& sync, float scale, std::int64_t step, Decide&& decide) {
+    float* const weights = weights_;
     std::int64_t const reduced_floats = slice_floats_[std::size_t(r)];
     auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
     auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
@@ -134,11 +167,6 @@ class SliceUpdate {
     return reduced_floats;
   }
 
-  [[nodiscard]] Opt const& optimizer() const { return optimizer_; }
-  [[nodiscard]] typename Opt::State& state() { return state_; }
-  [[nodiscard]] typename Opt::State const& state() const { return state_; }
-
- private:
   // Calls f(begin, count, piece) for each chunk of replica r's pieces.
   template <class F>
   void for_each_chunk(int r, F&& f) {
@@ -149,6 +177,9 @@ class SliceUpdate {
 
   Opt optimizer_;
   typename Opt::State state_;
+  float* weights_;
+  std::size_t arena_;
+  ReplicaWeights<policy::Cpu, T> forward_;  // what forward reads: the weights, or rounded to T
   bool whole_gradient_first_;
   std::array<std::vector<Piece>, Replicas> pieces_;
   std::array<std::int64_t, Replicas> slice_floats_{};  // gradient floats of each replica's pieces

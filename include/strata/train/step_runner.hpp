@@ -9,14 +9,15 @@
 //   SliceUpdate<Optimizer, ...>      each replica updates the slice of the weights it owns
 //                                    (train/slice_update.hpp)
 //
-// Per global batch, every replica runs its pass into its own gradient arena (the first
-// replica uses the model's). After K micro-batches (GradAccum<K>) the sync makes the summed
-// gradient readable, and each replica reduces and updates its owned slice of the single
-// shared copy of the weights, scaled by 1/samples.
+// Per global batch, every replica runs its pass into its own gradient arena (on the CPU the
+// first replica uses the model's). After K micro-batches (GradAccum<K>) the sync makes the
+// summed gradient readable, and each replica reduces and updates its owned slice of the
+// weights, scaled by 1/samples. The same runner serves every device: the parts are chosen
+// by the device tag (strata/cuda.hpp brings the Cuda ones: device memory, NCCL, kernels).
 //
-// Mixed precision: forward and backward read a copy of the weights rounded to the compute
-// type, refreshed slice by slice right after each update; the master weights, gradients and
-// optimizer state stay in float.
+// Mixed precision on the CPU: forward and backward read a copy of the weights rounded to
+// the compute type, refreshed slice by slice right after each update; the master weights,
+// gradients and optimizer state stay in float. (On Cuda the GEMMs round their operands.)
 //
 // No allocation, lock or type-erased call happens inside a step.
 
@@ -51,11 +52,13 @@ namespace strata::train {
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Sync = gradient_sync_t<Config>>
 class StepRunner : public StepProgress<Config> {
  public:
+  using device = typename Config::device;
   using backend = typename strategy::BasicStrategy<Config>::backend;
   using compute_type = typename Config::precision::compute_type;
   using sync_type = Sync;
+  using Pass = ReplicaPass<Model, device, compute_type>;
+  using Update = SliceUpdate<Opt, device, Config::num_replicas, compute_type>;
   static constexpr int num_replicas = Config::num_replicas;  // in this process
-  static constexpr bool mixed = !std::is_same_v<compute_type, float>;
 
   // `global_batch_size` bounds the batches this runner takes (shards are sized for it).
   // `sync_arguments` follow the sync's own (thread group, gradients, layer offsets).
@@ -65,33 +68,45 @@ class StepRunner : public StepProgress<Config> {
       : StepProgress<Config>(global_batch_size, seed, options), group_(&strategy.group()), model_(&model), loss_(loss),
         sync_(strategy.group(), model.gradients(), std::span<std::size_t const>(Model::offsets),
               std::forward<SyncArguments>(sync_arguments)...),
-        update_(optimizer, Model::parameter_tensors(), Model::arena_size, [&](int r) { return sync_.slice(r); },
-                this->needs_global_norm()) {
+        update_(optimizer, Model::parameter_tensors(), model.parameters(), sync_, this->needs_global_norm()) {
     strategy::check_global_batch(global_batch_size, num_replicas);
     int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
     passes_.reserve(num_replicas);
-    for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard);
-    if constexpr (mixed) {
-      compute_weights_ = AlignedBuffer(Model::arena_size);
-      refresh_compute_weights(0, Model::arena_size);
-    }
+    for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard, sync_.device_of(r));
   }
 
   // One global batch (one micro-batch under GradAccum<K>). Returns the summed loss and
-  // correct counts over its samples. The optimizer runs after every K-th batch. `next` (the
-  // next call's batch) is what a device runner copies ahead; the CPU reads batches in place.
-  Tally train_on_batch(data::Batch const& batch, data::Batch const* /*next*/ = nullptr) {
+  // correct counts over its samples. The optimizer runs after every K-th batch. `next`,
+  // where given, is the batch of the next call (unchanged until then): a device copies its
+  // shards while this batch computes, and the next call starts at once. The Trainer passes it.
+  Tally train_on_batch(data::Batch const& batch, data::Batch const* next = nullptr) {
     auto const micro = this->begin_micro_batch(batch.size);
     strategy::DistributedBatch const distributed(batch, num_replicas);
+    std::optional<strategy::DistributedBatch> following;
+    if constexpr (Pass::copies_ahead)
+      if (next) following.emplace(*next, num_replicas);
+    bool const staged = staged_ == key_of(&batch);
+    staged_ = key_of(next);
     sync_.begin_reduction(micro.apply);
     auto task = [&](int r) {
+      Pass& pass = passes_[std::size_t(r)];
+      [[maybe_unused]] auto const bound = pass.bind();
       strategy::Shard const shard = distributed.shard(r);
-      tallies_[std::size_t(r)] = passes_[std::size_t(r)].train(
-          *model_, forward_weights(), loss_, shard, {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale,
-          sync_.gradients(r), micro.accumulate, [&](std::size_t layer) { sync_.layer_done(r, layer); });
+      std::optional<strategy::Shard> ahead;
+      if constexpr (Pass::copies_ahead)
+        if (following) ahead = following->shard(r);
+      tallies_[std::size_t(r)] =
+          pass.train(*model_, update_.forward_weights(r), loss_, shard, staged, ahead ? &*ahead : nullptr,
+                     {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale, sync_.gradients(r),
+                     micro.accumulate, [&](std::size_t layer) { sync_.layer_done(r, layer); });
       if (micro.apply) update_owned_slice(r);
     };
-    group_->run(task);
+    try {
+      group_->run(task);
+    } catch (...) {
+      staged_ = {};  // a failed step leaves nothing staged
+      throw;
+    }
     this->end_micro_batch(micro.apply);
     Tally total;
     for (auto const& t : tallies_) total += t;
@@ -102,18 +117,26 @@ class StepRunner : public StepProgress<Config> {
   // end of an epoch), so no sample's gradient is dropped. Does nothing when none is pending.
   void flush() {
     if (!this->group_pending()) return;
-    auto task = [&](int r) { update_owned_slice(r); };
+    auto task = [&](int r) {
+      [[maybe_unused]] auto const bound = passes_[std::size_t(r)].bind();
+      update_owned_slice(r);
+    };
     group_->run(task);
     this->finish_step();
   }
 
   // Continues a run restored from a checkpoint taken at a step boundary: `steps` optimizer
   // steps taken (Adam's bias correction), `micro_batches` trained (the dropout counter) and
-  // the loss scale, when the checkpoint has one. Also re-reads the (restored) weights.
+  // the loss scale, when the checkpoint has one. Also re-reads the (restored) host weights
+  // and optimizer state.
   void resume(std::int64_t steps, std::int64_t micro_batches, std::optional<LossScaleState> loss_scale = {}) {
     this->restart(steps, micro_batches, loss_scale);
-    if constexpr (mixed) refresh_compute_weights(0, Model::arena_size);
+    update_.resume();
   }
+
+  // Brings the model's weights and the host optimizer state up to date, where a device
+  // keeps its own copies (what checkpoints and callbacks read).
+  void sync_to_host() { update_.sync_to_host(); }
 
   // Replicas of the whole job: this process's times the processes (known at run time).
   [[nodiscard]] int num_replicas_in_sync() const { return sync_.num_replicas_in_sync(); }
@@ -128,38 +151,45 @@ class StepRunner : public StepProgress<Config> {
   [[nodiscard]] typename Opt::State& optimizer_state() { return update_.state(); }
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return update_.state(); }
   [[nodiscard]] Sync& gradient_sync() { return sync_; }
+  [[nodiscard]] Pass& replica_pass(int r) { return passes_[std::size_t(r)]; }
+
+  // The GEMM precision of every replica, where the device has a choice (Cuda: TF32 for a
+  // FullPrecision run, cuda::GemmPrecision::tf32).
+  template <class Precision>
+    requires requires(Pass& pass, Precision p) { pass.set_gemm_precision(p); }
+  void set_gemm_precision(Precision p) {
+    for (Pass& pass : passes_) pass.set_gemm_precision(p);
+  }
 
  private:
-  [[nodiscard]] float const* forward_weights() const {
-    if constexpr (mixed) return compute_weights_.data();
-    else return model_->parameters().data();
-  }
-
-  void refresh_compute_weights(std::size_t begin, std::size_t end) {
-    std::copy(model_->parameters().data() + begin, model_->parameters().data() + end, compute_weights_.data() + begin);
-    round_to<compute_type>(compute_weights_.data() + begin, end - begin);
-  }
-
   void update_owned_slice(int r) {
     sync_.gradients_ready(r);
-    floats_reduced_[std::size_t(r)].value += update_.run(
-        r, sync_, model_->parameters().data(), this->gradient_scale(), this->step_ + 1,
-        [&](double squared_norm) { return this->decide(squared_norm, r); });
-    if constexpr (mixed) {
-      comm::Slice const mine = sync_.slice(r);
-      refresh_compute_weights(mine.begin, mine.end);
-    }
+    floats_reduced_[std::size_t(r)].value +=
+        update_.run(r, sync_, this->gradient_scale(), this->step_ + 1,
+                    [&](double squared_norm) { return this->decide(squared_norm, r); });
+  }
+
+  // What identifies the batch whose shards are staged: where its data is, its size and index.
+  struct BatchKey {
+    float const* features = nullptr;
+    float const* targets = nullptr;
+    int size = 0;
+    std::int64_t index = -1;
+    bool operator==(BatchKey const&) const = default;
+  };
+  static BatchKey key_of(data::Batch const* b) {
+    return b ? BatchKey{b->features.data, b->targets.data, b->size, b->index} : BatchKey{};
   }
 
   comm::ThreadGroup* group_;
   Model* model_;
   LossFn loss_;
   Sync sync_;
-  SliceUpdate<Opt, num_replicas> update_;
-  std::vector<ReplicaPass<Model, backend, compute_type>> passes_;
+  Update update_;
+  std::vector<Pass> passes_;
   std::array<Tally, num_replicas> tallies_{};
   std::array<OnCacheLine<std::int64_t>, num_replicas> floats_reduced_{};
-  AlignedBuffer compute_weights_;  // mixed precision: the weights rounded to compute_type
+  BatchKey staged_{};  // the batch whose shards the replicas staged for the next call
 };
 
 }  // namespace strata::train

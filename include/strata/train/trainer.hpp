@@ -46,23 +46,14 @@ constexpr void check_runnable() {
                 "strata::Trainer: Compress<T> is parsed but not implemented yet (docs/roadmap.md)");
 }
 
-// The step and evaluation types of a device: StepRunner and Evaluator on the CPU;
-// <strata/cuda.hpp> specialises this for Cuda.
-template <class Device>
-struct DeviceEngine {
-  template <class Config, class Model, class Opt, class LossFn>
-  using step_runner = StepRunner<Config, Model, Opt, LossFn>;
-  template <class Config, class Model>
-  using evaluator = Evaluator<Config, Model>;
-};
-
 template <class Config>
 class BasicTrainer {
-  using engine = DeviceEngine<typename Config::device>;
+  // One step runner and one evaluator for every device: their parts are chosen by the
+  // device tag (strata/cuda.hpp brings the Cuda ones).
   template <class Model, class Opt, class LossFn>
-  using RunnerFor = typename engine::template step_runner<Config, Model, Opt, LossFn>;
+  using RunnerFor = StepRunner<Config, Model, Opt, LossFn>;
   template <class Model>
-  using ValidatorFor = typename engine::template evaluator<Config, Model>;
+  using ValidatorFor = Evaluator<Config, Model>;
 
  public:
   using config = Config;
@@ -122,14 +113,14 @@ class BasicTrainer {
         report<LossFn>(epoch_tally, logs);
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, epoch_tally);
-        if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) sync_to_host(runner);
+        if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
         if (hooks.batch_end(logs, state, callbacks...)) {
           stop = true;
           break;
         }
       }
       runner.flush();
-      sync_to_host(runner);  // validation and the epoch's callbacks read the host weights
+      runner.sync_to_host();  // validation and the epoch's callbacks read the host weights
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
       if (validator) {
         Evaluation const v = validator->evaluate(loss, *options.validation);
@@ -170,11 +161,6 @@ class BasicTrainer {
     loss.validate(data.targets(), Model::output_width);
   }
 
-  // A device runner keeps the weights on the device; callbacks and validation read the host copy.
-  template <class Runner>
-  static void sync_to_host(Runner& runner) {
-    if constexpr (requires { runner.sync_to_host(); }) runner.sync_to_host();
-  }
   template <class C>
   static constexpr bool reads_state_on_batch_end =
       requires(C& c, io::TrainingState& s) { c.on_batch_end(BatchLogs{}, s); };
