@@ -40,13 +40,22 @@ struct PerReplica {
 // Strategies that run today; the others are parsed so the policy grammar is complete.
 template <class Config>
 inline constexpr bool strategy_is_available = Config::strategy::kind == policy::StrategyKind::one_device ||
-                                              Config::strategy::kind == policy::StrategyKind::mirrored;
+                                              Config::strategy::kind == policy::StrategyKind::mirrored ||
+                                              Config::strategy::kind == policy::StrategyKind::multi_worker_mirrored;
+
+// Whether the program includes what a multi-process strategy runs on (strata/multi_worker.hpp).
+template <class Strategy>
+inline constexpr bool multi_worker_linked = false;
 
 template <class Config>
 class BasicStrategy {
   static_assert(strategy_is_available<Config>,
-                "strata: this strategy is parsed but not implemented yet; OneDevice and Mirrored<N> run today "
-                "(see docs/roadmap.md)");
+                "strata: this strategy is parsed but not implemented yet; OneDevice, Mirrored<N> and "
+                "MultiWorkerMirrored<N> run today (see docs/roadmap.md)");
+  static_assert(Config::strategy::kind != policy::StrategyKind::multi_worker_mirrored ||
+                    multi_worker_linked<typename Config::strategy>,
+                "strata::MultiWorkerMirrored needs #include <strata/multi_worker.hpp> and the strata::mpi CMake "
+                "target (docs/multi_worker.md)");
 
  public:
   using config = Config;

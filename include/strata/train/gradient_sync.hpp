@@ -17,6 +17,8 @@
 //                           same on every replica (a barrier); every process sees the same
 //                           reduced gradient, so local shares make a global decision
 //   barrier(r)              every local replica is here
+//   first_replica()         the job-wide index of local replica 0 (its shard of a batch)
+//   share_from_chief(w, s)  the chief's weights and optimizer state, on every process
 //   slice(r)                the part of the arena replica r updates
 //   device_of(r)            the device (GPU) replica r computes on
 //   num_replicas_in_sync()  replicas of the whole job: local ones × processes (run time)
@@ -31,8 +33,10 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "strata/comm/buckets.hpp"
 #include "strata/comm/communicator.hpp"
@@ -54,6 +58,13 @@ class ReplicaBarrier {
   static constexpr int local_replicas = Replicas;
 
   void barrier(int r) { group_->barrier(r); }
+  // The job-wide index of local replica 0: a process's replicas take the shards
+  // first_replica() + r of every global batch.
+  [[nodiscard]] static constexpr int first_replica() { return 0; }
+  // Where there are other processes: makes this process's weights and optimizer state the
+  // chief's (process 0's). One process: nothing to do.
+  template <class State>
+  void share_from_chief(std::span<float>, State&) {}
   double sum(int r, double share) {
     shares_[std::size_t(r)].value = share;
     group_->barrier(r);
@@ -144,6 +155,7 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
           std::span<float>(this->gradients_[std::size_t(r)], this->arena_), comm::ReduceOp::sum, overlap);
     }
     world_ = communicators_[0]->size();
+    first_ = communicators_[0]->rank();
     if (world_ % base::local_replicas != 0)
       throw ConfigError(strata::detail::message("CommunicatorSync: a world of ", world_,
                                                 " replicas is not a whole number of processes of ",
@@ -171,7 +183,25 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
     for (std::size_t i = 0; i < count; ++i) out[i] = sum[i] * scale;
   }
   [[nodiscard]] int num_replicas_in_sync() const { return world_; }
+  [[nodiscard]] int first_replica() const { return first_; }
   [[nodiscard]] comm::BucketPlan const& bucket_plan() const { return buckets_[0]->plan(); }
+
+  // A communicator that crosses processes (comm::WorkerCommunicator) broadcasts the chief's
+  // weights and optimizer state to every process, after checking that every process holds
+  // the same number of them: a model or optimizer of another shape is a ConfigError naming
+  // both sizes on every process, never a hang in a collective of mismatched lengths.
+  template <class State>
+  void share_from_chief(std::span<float> weights, State& state) {
+    if constexpr (requires(Comm& c) { c.across_processes(); }) {
+      auto& processes = communicators_[0]->across_processes();
+      check_same_size(processes, "weights", weights.size());
+      processes.broadcast(weights, 0);
+      state.for_each_slot([&](char const* name, AlignedBuffer& slot) {
+        check_same_size(processes, name, slot.size());
+        processes.broadcast(std::span<float>(slot.data(), slot.size()), 0);
+      });
+    }
+  }
 
  private:
   std::array<std::unique_ptr<Comm>, base::local_replicas> communicators_;
@@ -179,7 +209,22 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
   std::array<OnCacheLine<bool>, base::local_replicas> started_{};
   std::size_t layers_ = 0;
   int world_ = 1;
+  int first_ = 0;
   bool reducing_ = true;
+
+  // Every process's `count` of `what`, compared with the chief's.
+  template <class Processes>
+  static void check_same_size(Processes& processes, char const* what, std::size_t count) {
+    std::vector<std::uint64_t> counts(std::size_t(processes.size()));
+    std::uint64_t const mine = count;
+    processes.all_gather(std::as_bytes(std::span<std::uint64_t const>(&mine, 1)),
+                         std::as_writable_bytes(std::span<std::uint64_t>(counts)));
+    for (std::size_t p = 1; p < counts.size(); ++p)
+      if (counts[p] != counts[0])
+        throw ConfigError(strata::detail::message("MultiWorkerMirrored: process 0 (the chief) has ", counts[0], " ",
+                                                  what, " floats but process ", p, " has ", counts[p],
+                                                  "; every worker must build the same model and optimizer"));
+  }
 };
 
 // The sync a strategy uses on a device, chosen by specialisation on the policy tags.

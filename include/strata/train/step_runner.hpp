@@ -69,8 +69,9 @@ class StepRunner : public StepProgress<Config> {
         sync_(strategy.group(), model.gradients(), std::span<std::size_t const>(Model::offsets),
               std::forward<SyncArguments>(sync_arguments)...),
         update_(optimizer, Model::parameter_tensors(), model.parameters(), sync_, this->needs_global_norm()) {
-    strategy::check_global_batch(global_batch_size, num_replicas);
-    int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
+    int const world = sync_.num_replicas_in_sync();
+    strategy::check_global_batch(global_batch_size, world);
+    int const shard = strategy::max_shard_size(global_batch_size, world);
     passes_.reserve(num_replicas);
     for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard, sync_.device_of(r));
   }
@@ -81,20 +82,22 @@ class StepRunner : public StepProgress<Config> {
   // shards while this batch computes, and the next call starts at once. The Trainer passes it.
   Tally train_on_batch(data::Batch const& batch, data::Batch const* next = nullptr) {
     auto const micro = this->begin_micro_batch(batch.size);
-    strategy::DistributedBatch const distributed(batch, num_replicas);
+    // Every process reads the global batch; its replicas take their shards of it.
+    int const world = sync_.num_replicas_in_sync(), first = sync_.first_replica();
+    strategy::DistributedBatch const distributed(batch, world);
     std::optional<strategy::DistributedBatch> following;
     if constexpr (Pass::copies_ahead)
-      if (next) following.emplace(*next, num_replicas);
+      if (next) following.emplace(*next, world);
     bool const staged = staged_ == key_of(&batch);
     staged_ = key_of(next);
     sync_.begin_reduction(micro.apply);
     auto task = [&](int r) {
       Pass& pass = passes_[std::size_t(r)];
       [[maybe_unused]] auto const bound = pass.bind();
-      strategy::Shard const shard = distributed.shard(r);
+      strategy::Shard const shard = distributed.shard(first + r);
       std::optional<strategy::Shard> ahead;
       if constexpr (Pass::copies_ahead)
-        if (following) ahead = following->shard(r);
+        if (following) ahead = following->shard(first + r);
       tallies_[std::size_t(r)] =
           pass.train(*model_, update_.forward_weights(r), loss_, shard, staged, ahead ? &*ahead : nullptr,
                      {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale, sync_.gradients(r),
@@ -129,8 +132,10 @@ class StepRunner : public StepProgress<Config> {
   // steps taken (Adam's bias correction), `micro_batches` trained (the dropout counter) and
   // the loss scale, when the checkpoint has one. Also re-reads the (restored) host weights
   // and optimizer state.
+  // Across processes, every worker continues from the chief's weights and state.
   void resume(std::int64_t steps, std::int64_t micro_batches, std::optional<LossScaleState> loss_scale = {}) {
     this->restart(steps, micro_batches, loss_scale);
+    sync_.share_from_chief(model_->parameters(), update_.state());
     update_.resume();
   }
 
