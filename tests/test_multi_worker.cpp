@@ -108,7 +108,8 @@ TEST_CASE("a worker whose model differs in shape is an error on every worker, na
   data::Dataset const data = synthetic(48);
   Trainer<MultiWorkerMirrored<1>> trainer;
   auto fit = [&](auto model) { trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, data, {.batch_size = 12}); };
-  std::string const expected = "process 0 (the chief) has " + std::to_string(Mlp::arena_size) + " weights floats";
+  std::string const expected =
+      "process 0 (the chief) has " + std::to_string(Mlp::arena_size) + " floats of weights but process 1 has 213";
   if (world_rank() == 0) {
     CHECK_THROWS_WITH_AS(fit(Mlp(1)), doctest::Contains(expected.c_str()), ConfigError);
   } else {

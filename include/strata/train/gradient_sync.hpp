@@ -221,8 +221,8 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
                          std::as_writable_bytes(std::span<std::uint64_t>(counts)));
     for (std::size_t p = 1; p < counts.size(); ++p)
       if (counts[p] != counts[0])
-        throw ConfigError(strata::detail::message("MultiWorkerMirrored: process 0 (the chief) has ", counts[0], " ",
-                                                  what, " floats but process ", p, " has ", counts[p],
+        throw ConfigError(strata::detail::message("MultiWorkerMirrored: process 0 (the chief) has ", counts[0],
+                                                  " floats of ", what, " but process ", p, " has ", counts[p],
                                                   "; every worker must build the same model and optimizer"));
   }
 };
