@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "random_matrix.hpp"
@@ -97,6 +101,92 @@ TEST_CASE("MultiWorkerMirrored across processes trains as Mirrored over all repl
   if (world_size() == 2) check_all<2, 4>();
   else if (world_size() == 3) check_all<1, 3>();
   else MESSAGE("run under mpirun with 2 or 3 processes");
+}
+
+namespace {
+template <int LocalN, int Total>
+void check_evaluation() {
+  // 203 samples in batches of 24: the last batch (11) has fewer samples than the job has replicas.
+  data::Dataset const data = synthetic(203);
+  Mlp const model(3);
+  Trainer<MultiWorkerMirrored<LocalN>> multi;
+  Trainer<OneDevice> one;
+  auto const mine = multi.evaluate(model, SoftmaxCrossEntropy{}, data, 24);
+  auto const oracle = one.evaluate(model, SoftmaxCrossEntropy{}, data, 24);
+  CHECK(mine.samples == 203);
+  CHECK(mine.loss == doctest::Approx(oracle.loss).epsilon(1e-6));
+  CHECK(*mine.accuracy == *oracle.accuracy);
+  CHECK(same_on_every_process({float(mine.loss), float(*mine.accuracy)}));
+  Matrix const outputs = multi.predict(model, data, 24);
+  Matrix const expected = one.predict(model, data, 24);
+  CHECK((outputs - expected).cwiseAbs().maxCoeff() < 1e-5f);
+  CHECK(same_on_every_process(std::vector<float>(outputs.data(), outputs.data() + outputs.size())));
+
+  // fit's epoch figures (and validation) are the job's: the same on every process, and
+  // those of one process training all the replicas.
+  auto history = [&](auto& trainer) {
+    Mlp m(4);
+    return trainer.fit(m, Adam{}, SoftmaxCrossEntropy{}, synthetic(480),
+                       {.epochs = 2, .batch_size = 24, .validation = data});
+  };
+  Trainer<Mirrored<Total>> single;
+  auto const job = history(multi);
+  auto const reference = history(single);
+  for (char const* key : {"loss", "accuracy", "val_loss", "val_accuracy"}) {
+    CAPTURE(key);
+    std::vector<float> const figures(job[key].begin(), job[key].end());
+    CHECK(same_on_every_process(figures));
+    for (std::size_t e = 0; e < figures.size(); ++e)
+      CHECK(job[key][e] == doctest::Approx(reference[key][e]).epsilon(1e-5));
+  }
+}
+}  // namespace
+
+TEST_CASE("evaluation, prediction and fit's figures divide the data among the workers and count every sample once") {
+  if (world_size() == 2) check_evaluation<2, 4>();
+  else if (world_size() == 3) check_evaluation<1, 3>();
+}
+
+namespace {
+// A callback whose write fails on the chief only (a full disk, say).
+struct FailsOnChief {
+  bool chief = false;
+  void on_train_begin(TrainBegin const& info) { chief = info.chief(); }
+  void on_epoch_end(EpochLogs const& logs) {
+    if (chief && logs.epoch == 1) throw IoError("/backups/epoch-2: no space left on device");
+  }
+};
+}  // namespace
+
+TEST_CASE("only the chief draws, logs and writes checkpoints; a chief that fails to write fails every worker") {
+  std::filesystem::path const dir = std::filesystem::temp_directory_path() / "strata_multi_worker_chief";
+  if (world_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  data::Dataset const data = synthetic(96);
+  Trainer<MultiWorkerMirrored<1>> trainer;
+  Mlp model(5);
+  std::ostringstream drawn;
+  ModelCheckpoint checkpoint{.directory = dir / "checkpoints"};
+  trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, data, {.epochs = 3, .batch_size = 24},
+              ProgressBar(drawn, ProgressBar::Redraw::never), CsvLogger(dir / "log.csv"), checkpoint);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK((world_rank() == 0) == !drawn.str().empty());
+  CHECK(checkpoint.saves == (world_rank() == 0 ? 3 : 0));
+  std::ifstream log(dir / "log.csv");
+  int lines = 0;
+  for (std::string line; std::getline(log, line);) ++lines;
+  CHECK(lines == 4);  // a header and three epochs, written once
+
+  // Every worker throws the chief's error, with its type and words, after the same epoch.
+  Mlp other(5);
+  CHECK_THROWS_WITH_AS(trainer.fit(other, Sgd{}, SoftmaxCrossEntropy{}, data, {.epochs = 3, .batch_size = 24},
+                                   FailsOnChief{}),
+                       "/backups/epoch-2: no space left on device", IoError);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("the same job run twice gives the same bits") {

@@ -6,4 +6,5 @@
 
 #include "strata/comm/mpi_communicator.hpp"
 #include "strata/comm/worker_communicator.hpp"
+#include "strata/strategy/mpi_processes.hpp"
 #include "strata/train/gradient_sync_mpi.hpp"

@@ -47,6 +47,31 @@ std::string message(Parts const&... parts) {
   (out << ... << parts);
   return out.str();
 }
+
+// An error as a number and its message, so that it can cross processes (a chief that fails
+// to write a checkpoint fails every worker of the job with the same error).
+enum class ErrorKind : int { error, shape, data, io, config, comm, device };
+inline ErrorKind kind_of(std::exception const& e) {
+  if (dynamic_cast<ShapeError const*>(&e)) return ErrorKind::shape;
+  if (dynamic_cast<DataError const*>(&e)) return ErrorKind::data;
+  if (dynamic_cast<IoError const*>(&e)) return ErrorKind::io;
+  if (dynamic_cast<ConfigError const*>(&e)) return ErrorKind::config;
+  if (dynamic_cast<CommError const*>(&e)) return ErrorKind::comm;
+  if (dynamic_cast<DeviceError const*>(&e)) return ErrorKind::device;
+  return ErrorKind::error;
+}
+[[noreturn]] inline void throw_error(ErrorKind kind, std::string const& what) {
+  switch (kind) {
+    case ErrorKind::shape: throw ShapeError(what);
+    case ErrorKind::data: throw DataError(what);
+    case ErrorKind::io: throw IoError(what);
+    case ErrorKind::config: throw ConfigError(what);
+    case ErrorKind::comm: throw CommError(what);
+    case ErrorKind::device: throw DeviceError(what);
+    case ErrorKind::error: break;
+  }
+  throw Error(what);
+}
 }  // namespace detail
 
 }  // namespace strata

@@ -24,6 +24,7 @@
 #include "strata/data/batch.hpp"
 #include "strata/policy/config.hpp"
 #include "strata/strategy/distribute.hpp"
+#include "strata/strategy/processes.hpp"
 #include "strata/strategy/replica_context.hpp"
 
 namespace strata::strategy {
@@ -121,6 +122,9 @@ class BasicStrategy {
 
   // The replica threads, for code (like the Trainer) that cooperates on shared buffers.
   [[nodiscard]] comm::ThreadGroup& group() { return group_; }
+  // The job's processes: this one alone, or (MultiWorkerMirrored) those of the MPI job.
+  using processes_type = typename processes_for<typename Config::strategy>::type;
+  [[nodiscard]] processes_type& processes() { return processes_; }
 
  private:
   template <class F>
@@ -144,6 +148,7 @@ class BasicStrategy {
   }
 
   comm::ThreadGroup group_;
+  processes_type processes_;
 };
 
 }  // namespace strata::strategy

@@ -29,8 +29,10 @@ struct BackupAndRestore {
   // Set up by on_train_begin (public only so the options stay designated-initialisable).
   std::optional<io::CheckpointManager> manager{};
   std::int64_t last_step = -1;
+  bool writer = true;  // the chief of a job writes the backups; every worker restores from them
 
-  void on_train_begin(TrainBegin const&, io::TrainingState& state) {
+  void on_train_begin(TrainBegin const& info, io::TrainingState& state) {
+    writer = info.chief();
     if (every_steps < 0)
       throw ConfigError(strata::detail::message("BackupAndRestore: every_steps ", every_steps, " must be >= 0"));
     manager.emplace(directory, max_to_keep, "backup");
@@ -53,12 +55,12 @@ struct BackupAndRestore {
   void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { backup(state, /*always=*/true); }
 
   void on_train_end(History const&, io::TrainingState const&) {
-    if (delete_on_success) manager->clear();
+    if (delete_on_success && writer) manager->clear();
   }
 
  private:
   void backup(io::TrainingState const& state, bool always = false) {
-    if (!always && state.progress.step == last_step) return;
+    if (!writer || (!always && state.progress.step == last_step)) return;
     manager->save(state);
     last_step = state.progress.step;
   }

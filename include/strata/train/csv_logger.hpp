@@ -15,7 +15,9 @@ class CsvLogger {
  public:
   explicit CsvLogger(std::filesystem::path path, bool append = false) : path_(std::move(path)), append_(append) {}
 
-  void on_train_begin(TrainBegin const&) {
+  void on_train_begin(TrainBegin const& info) {
+    chief_ = info.chief();  // only the chief of a job writes the file
+    if (!chief_) return;
     bool const had_rows = append_ && std::filesystem::exists(path_) && std::filesystem::file_size(path_) > 0;
     file_.open(path_, append_ ? std::ios::app : std::ios::trunc);
     if (!file_) throw IoError(strata::detail::message(path_.string(), ": CsvLogger cannot open the file for writing"));
@@ -23,6 +25,7 @@ class CsvLogger {
   }
 
   void on_epoch_end(EpochLogs const& logs) {
+    if (!chief_) return;
     auto const names = logs.names();
     if (!header_written_) {
       file_ << "epoch";
@@ -43,6 +46,7 @@ class CsvLogger {
   bool append_;
   std::ofstream file_;
   bool header_written_ = false;
+  bool chief_ = true;
 };
 
 }  // namespace strata::train

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -24,11 +25,9 @@
 
 namespace strata::train {
 
-// The mean loss (and accuracy, for classification losses) of the replicas' tallies together.
-template <class LossFn, std::size_t N>
-Evaluation summarize(std::array<Tally, N> const& tallies) {
-  Tally total;
-  for (auto const& t : tallies) total += t;
+// The mean loss (and accuracy, for classification losses) of a tally.
+template <class LossFn>
+Evaluation summarize(Tally const& total) {
   Evaluation result;
   result.samples = total.samples;
   result.loss = total.loss_sum / double(total.samples);
@@ -36,21 +35,36 @@ Evaluation summarize(std::array<Tally, N> const& tallies) {
   return result;
 }
 
+// A tally summed over the job's processes (strategy/processes.hpp): the same on each.
+template <class Processes>
+Tally job_total(Processes& processes, Tally const& mine) {
+  if (processes.processes() == 1) return mine;
+  double sums[3] = {mine.loss_sum, double(mine.correct), double(mine.samples)};
+  processes.sum(std::span<double>(sums));
+  Tally total;
+  total.loss_sum = sums[0];
+  total.correct = std::int64_t(sums[1]);
+  total.samples = std::int64_t(sums[2]);
+  return total;
+}
+
 // Calls fn(shard, next, replica) on every replica, in the group's threads, for every batch
-// of `data` in order. `next` is the replica's shard of the following batch (nullptr after the
-// last), which a device evaluator copies while it computes this one. *batch_start, when
-// given, is the index of the current batch's first sample.
+// of `data` in order: local replica r takes shard first + r of the `world` shards of each
+// batch (first = 0 and world = the local replicas in one process). `next` is the replica's
+// shard of the following batch (nullptr after the last), which a device evaluator copies
+// while it computes this one. *batch_start, when given, is the index of the current
+// batch's first sample.
 template <class Fn>
-void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int batch_size, int num_replicas, Fn&& fn,
+void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int batch_size, int world, int first, Fn&& fn,
                     std::int64_t* batch_start = nullptr) {
   auto stream = data.batch(batch_size).stream(0, 0, 2);
   for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
     next = stream->next();
-    strategy::DistributedBatch const distributed(*batch, num_replicas);
+    strategy::DistributedBatch const distributed(*batch, world);
     auto task = [&](int r) {
-      if (!next) return fn(distributed.shard(r), nullptr, r);
-      strategy::Shard const following = strategy::DistributedBatch(*next, num_replicas).shard(r);
-      fn(distributed.shard(r), &following, r);
+      if (!next) return fn(distributed.shard(first + r), nullptr, r);
+      strategy::Shard const following = strategy::DistributedBatch(*next, world).shard(first + r);
+      fn(distributed.shard(first + r), &following, r);
     };
     group.run(task);
     if (batch_start) *batch_start += batch->size;
@@ -65,11 +79,15 @@ class Evaluator {
   using Pass = ReplicaPass<Model, device, compute_type>;
   static constexpr int num_replicas = Config::num_replicas;
 
+  // Across processes (MultiWorkerMirrored), each process's replicas take their shards of
+  // every batch and the figures are summed over the processes: every sample is counted
+  // once, and every process gets the same result.
   Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size)
-      : group_(&strategy.group()), model_(&model), batch_size_(global_batch_size),
+      : group_(&strategy.group()), processes_(&strategy.processes()), model_(&model), batch_size_(global_batch_size),
+        world_(processes_->processes() * num_replicas), first_(processes_->process() * num_replicas),
         weights_(model.parameters(), num_replicas) {
-    strategy::check_global_batch(global_batch_size, num_replicas);
-    int const shard = strategy::max_shard_size(global_batch_size, num_replicas);
+    strategy::check_global_batch(global_batch_size, world_);
+    int const shard = strategy::max_shard_size(global_batch_size, world_);
     passes_.reserve(num_replicas);
     for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard, weights_.device_of(r));
   }
@@ -82,12 +100,16 @@ class Evaluator {
     for_each_batch(data, [&](Pass& pass, int r, strategy::Shard const& shard, bool staged, strategy::Shard const* next) {
       tallies[std::size_t(r)] += pass.evaluate(*model_, weights_(r), loss, shard, staged, next);
     });
-    return summarize<LossFn>(tallies);
+    Tally mine;
+    for (auto const& t : tallies) mine += t;
+    return summarize<LossFn>(job_total(*processes_, mine));
   }
 
-  // The model's outputs for every sample, output_width x size, in dataset order.
+  // The model's outputs for every sample, output_width x size, in dataset order. Across
+  // processes each fills the columns of its shards and the sum (with zeros elsewhere:
+  // exact) gives every process all of them.
   Matrix predict(data::Dataset const& data) {
-    Matrix out(Model::output_width, Eigen::Index(data.size()));
+    Matrix out = Matrix::Zero(Model::output_width, Eigen::Index(data.size()));
     std::int64_t batch_start = 0;
     weights_.refresh(0, Model::arena_size);
     for_each_batch(
@@ -97,6 +119,7 @@ class Evaluator {
           pass.predict(*model_, weights_(r), shard, staged, next, columns);
         },
         &batch_start);
+    if (processes_->processes() > 1) processes_->sum(std::span<float>(out.data(), std::size_t(out.size())));
     return out;
   }
 
@@ -109,7 +132,7 @@ class Evaluator {
     Model::check_input_width(data.feature_width());
     std::array<bool, num_replicas> staged{};
     for_each_shard(
-        *group_, data, batch_size_, num_replicas,
+        *group_, data, batch_size_, world_, first_,
         [&](strategy::Shard const& shard, strategy::Shard const* next, int r) {
           Pass& pass = passes_[std::size_t(r)];
           [[maybe_unused]] auto const bound = pass.bind();
@@ -120,8 +143,10 @@ class Evaluator {
   }
 
   comm::ThreadGroup* group_;
+  typename strategy::BasicStrategy<Config>::processes_type* processes_;
   Model const* model_;
   int batch_size_;
+  int world_, first_;  // shards of each batch in the job; this process's first
   ReplicaWeights<device, compute_type> weights_;  // what the forward passes read
   std::vector<Pass> passes_;
 };

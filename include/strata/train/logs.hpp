@@ -20,6 +20,10 @@ struct TrainBegin {
   int batch_size = 0;                // global batch size
   int num_replicas = 0;
   int accumulation_steps = 0;
+  int worker = 0;   // this process among the job's (MultiWorkerMirrored); 0 is the chief
+  int workers = 1;
+  // Side effects (drawing, logging, writing checkpoints) are the chief's alone.
+  [[nodiscard]] bool chief() const { return worker == 0; }
 };
 
 // Handed to on_batch_end after every global batch; metrics are running means over the epoch.

@@ -36,8 +36,10 @@ struct ModelCheckpoint {
   // Set up by on_train_begin (public only so the options stay designated-initialisable).
   std::optional<io::CheckpointManager> manager{};
   std::int64_t last_step = -1;
+  bool writer = true;  // the chief of a job; the other workers write nothing
 
-  void on_train_begin(TrainBegin const&, io::TrainingState const& state) {
+  void on_train_begin(TrainBegin const& info, io::TrainingState const& state) {
+    writer = info.chief();
     if (every_steps < 0)
       throw ConfigError(strata::detail::message("ModelCheckpoint: every_steps ", every_steps, " must be >= 0"));
     if (save_best_only && every_steps != 0)
@@ -53,11 +55,11 @@ struct ModelCheckpoint {
   }
 
   void on_batch_end(BatchLogs const&, io::TrainingState const& state) {
-    if (state.step_due(every_steps)) save(state);
+    if (writer && state.step_due(every_steps)) save(state);
   }
 
   void on_epoch_end(EpochLogs const& logs, io::TrainingState const& state) {
-    if (every_steps > 0) return;
+    if (every_steps > 0 || !writer) return;
     if (save_best_only) {
       double const value = monitored_value(logs, monitor, "ModelCheckpoint");
       if (!improves(value, best, monitor, mode)) return;

@@ -28,15 +28,19 @@ class ProgressBar {
             (redraw == Redraw::automatic && &out == &std::cout && ::isatty(::fileno(stdout)) == 1);
   }
 
-  void on_train_begin(TrainBegin const& info) { epochs_ = info.epochs; }
+  void on_train_begin(TrainBegin const& info) {
+    epochs_ = info.epochs;
+    chief_ = info.chief();  // the other workers of a job stay quiet
+  }
 
   void on_epoch_begin(int epoch) {
+    if (!chief_) return;
     *out_ << "Epoch " << epoch + 1 << '/' << epochs_ << '\n' << std::flush;
     last_draw_ = {};
   }
 
   void on_batch_end(BatchLogs const& logs) {
-    if (!live_) return;
+    if (!live_ || !chief_) return;
     auto const now = std::chrono::steady_clock::now();
     if (logs.step != logs.steps && now - last_draw_ < std::chrono::milliseconds(100)) return;  // keep the terminal calm
     last_draw_ = now;
@@ -51,6 +55,7 @@ class ProgressBar {
   }
 
   void on_epoch_end(EpochLogs const& logs) {
+    if (!chief_) return;
     std::ostringstream line;
     if (live_) line << '\r';
     line << counter(logs.steps, logs.steps) << ' ' << bar(logs.steps, logs.steps) << " - " << std::fixed
@@ -85,6 +90,7 @@ class ProgressBar {
   std::ostream* out_;
   bool live_ = false;
   int epochs_ = 0;
+  bool chief_ = true;
   std::chrono::steady_clock::time_point last_draw_{};
 };
 

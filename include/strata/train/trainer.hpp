@@ -8,6 +8,9 @@
 //                              {.epochs = 10, .batch_size = 128, .validation = test}, strata::ProgressBar{});
 
 #include <chrono>
+#include <exception>
+#include <span>
+#include <string>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -87,9 +90,17 @@ class BasicTrainer {
     state.progress.seed = options.seed;
     state.progress.batch_size = options.batch_size;
     state.progress.loss_scale = runner.loss_scale();
-    TrainBegin const begin{options.epochs, batches.batches_per_epoch(), options.batch_size, num_replicas,
-                           Config::accumulation_steps};
-    hooks.train_begin(begin, state, callbacks...);
+    TrainBegin const begin{options.epochs,
+                           batches.batches_per_epoch(),
+                           options.batch_size,
+                           num_replicas,
+                           Config::accumulation_steps,
+                           strategy_.processes().process(),
+                           strategy_.processes().processes()};
+    agree([&] {
+      hooks.train_begin(begin, state, callbacks...);
+      return false;
+    });
     io::Progress const start = state.progress;  // a restored run continues exactly here
     runner.resume(start.step, start.micro_batches, start.loss_scale);
     History history = History::from_map(start.history);
@@ -114,14 +125,17 @@ class BasicTrainer {
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, epoch_tally);
         if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
-        if (hooks.batch_end(logs, state, callbacks...)) {
+        if (agree([&] { return hooks.batch_end(logs, state, callbacks...); })) {
           stop = true;
           break;
         }
       }
       runner.flush();
       runner.sync_to_host();  // validation and the epoch's callbacks read the host weights
-      EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
+      // The epoch's figures are the job's: across processes, every worker's shards.
+      BatchLogs job = logs;
+      report<LossFn>(job_total(strategy_.processes(), epoch_tally), job);
+      EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, job.loss, job.accuracy, std::nullopt, std::nullopt};
       if (validator) {
         Evaluation const v = validator->evaluate(loss, *options.validation);
         epoch_logs.val_loss = v.loss;
@@ -131,9 +145,12 @@ class BasicTrainer {
       history.append(epoch_logs);
       record(state, runner, epoch + 1, 0, Tally{});
       state.progress.history = history.to_map();
-      stop |= hooks.epoch_end(epoch_logs, state, callbacks...);
+      stop |= agree([&] { return hooks.epoch_end(epoch_logs, state, callbacks...); });
     }
-    hooks.train_end(history, state, callbacks...);
+    agree([&] {
+      hooks.train_end(history, state, callbacks...);
+      return false;
+    });
     return history;
   }
 
@@ -159,6 +176,33 @@ class BasicTrainer {
     if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
     Model::check_input_width(data.feature_width());
     loss.validate(data.targets(), Model::output_width);
+  }
+
+  // Runs `hook` (returns whether to stop). Across processes every process agrees on the
+  // outcome: when one throws, every one throws that error (the lowest failing process's:
+  // the chief's, when it fails to write), and when one asks to stop, all stop.
+  template <class Hook>
+  bool agree(Hook&& hook) {
+    auto& processes = strategy_.processes();
+    if (processes.processes() == 1) return hook();
+    bool stop = false;
+    std::exception_ptr failure;
+    std::string text;
+    try {
+      stop = hook();
+    } catch (std::exception const& e) {
+      failure = std::current_exception();
+      text = std::to_string(int(strata::detail::kind_of(e))) + ":" + e.what();
+    }
+    int outcome[2] = {failure ? processes.process() : processes.processes(), stop ? 0 : 1};
+    processes.min(std::span<int>(outcome));
+    if (outcome[0] < processes.processes()) {
+      processes.broadcast(text, outcome[0]);
+      if (failure) std::rethrow_exception(failure);  // a process that failed throws its own
+      std::size_t const colon = text.find(':');
+      strata::detail::throw_error(strata::detail::ErrorKind(std::stoi(text.substr(0, colon))), text.substr(colon + 1));
+    }
+    return outcome[1] == 0;
   }
 
   template <class C>
