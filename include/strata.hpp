@@ -74,6 +74,7 @@ using strategy::DistributedBatch;
 using strategy::PerReplica;
 using strategy::ReplicaContext;
 using strategy::Shard;
+using strategy::StrategyOptions;
 
 // Training
 using train::BackupAndRestore;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm_reference.hpp"
+#include "mpi_world.hpp"
 #include "strata/comm/hierarchical.hpp"
 #include "strata/comm/mpi_communicator.hpp"
 #include "strata/comm/thread_group.hpp"
@@ -22,17 +23,6 @@ using namespace std::chrono_literals;
 namespace {
 constexpr std::size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 1000, 1021, 4099};
 constexpr ReduceOp ops[] = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min};
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 // MPI sums two ranks in either order with the same bits; from three on, its algorithms
 // pick their own order, so results are compared within rounding.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_world.hpp"
 #include "random_matrix.hpp"
 #include "strata.hpp"
 #include "strata/multi_worker.hpp"
@@ -21,17 +22,6 @@
 using namespace strata;
 
 namespace {
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
 using Mlp = Sequential<Dense<20, 32>, Relu, Dense<32, 24>, Tanh, Dense<24, 5>>;
 
 data::Dataset synthetic(int samples) {
@@ -111,6 +101,8 @@ void check_evaluation() {
   Mlp const model(3);
   Trainer<MultiWorkerMirrored<LocalN>> multi;
   Trainer<OneDevice> one;
+  CHECK(multi.num_replicas_in_sync() == Total);
+  CHECK(multi.strategy().num_replicas_in_sync() == Total);
   auto const mine = multi.evaluate(model, SoftmaxCrossEntropy{}, data, 24);
   auto const oracle = one.evaluate(model, SoftmaxCrossEntropy{}, data, 24);
   CHECK(mine.samples == 203);

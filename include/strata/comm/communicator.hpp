@@ -160,7 +160,8 @@ std::string timeout_report(std::chrono::milliseconds timeout, int ranks, Arrived
     else missing += (missing.empty() ? "" : ", ") + std::to_string(r);
   }
   return "timed out after " + seconds_text(timeout) + "; arrived: " + present + "; never arrived: " + missing +
-         ". Every rank must call the same collectives in the same order; set_timeout sets a longer wait";
+         ". Every rank must call the same collectives in the same order; set_timeout (StrategyOptions::timeout "
+         "for a Trainer or Strategy) sets a longer wait";
 }
 
 // "ranks called different collectives or sizes (rank 0: ...; rank 1: ...). ..."

@@ -2,49 +2,71 @@
 // MpiProcesses: the processes of MPI_COMM_WORLD, for a strategy that spans them
 // (strategy/processes.hpp). Process 0 is the chief. Its collectives run on a communicator of
 // its own, duplicated from MPI_COMM_WORLD when the strategy is made (collective: every
-// process makes its strategies in the same order), and are called from one thread.
+// process makes its strategies in the same order), and are called from one thread. They
+// wait StrategyOptions::timeout for the other processes, then throw a CommError naming the
+// ones that did not arrive.
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "strata/comm/mpi_communicator.hpp"
 #include "strata/comm/reduce_op.hpp"
 #include "strata/core/error.hpp"
 #include "strata/policy/strategy.hpp"
 #include "strata/strategy/processes.hpp"
+#include "strata/strategy/strategy_options.hpp"
 
 namespace strata::strategy {
 
 class MpiProcesses {
  public:
-  MpiProcesses() : comm_(MPI_COMM_WORLD) {}
+  explicit MpiProcesses(StrategyOptions const& options = {}) : comm_(MPI_COMM_WORLD, {.timeout = options.timeout}) {}
 
   [[nodiscard]] int process() const { return comm_.rank(); }
   [[nodiscard]] int processes() const { return comm_.size(); }
   [[nodiscard]] bool is_chief() const { return comm_.rank() == 0; }
 
-  void sum(std::span<double> x) {
-    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), int(x.size()), MPI_DOUBLE, MPI_SUM, comm_.native()), "MPI_Allreduce");
-  }
+  void sum(std::span<double> x) { combine(x, [](double a, double b) { return a + b; }); }
   void sum(std::span<float> x) { comm_.all_reduce(x, comm::ReduceOp::sum); }
-  void min(std::span<int> x) {
-    check(MPI_Allreduce(MPI_IN_PLACE, x.data(), int(x.size()), MPI_INT, MPI_MIN, comm_.native()), "MPI_Allreduce");
-  }
+  void max(std::span<double> x) { combine(x, [](double a, double b) { return std::max(a, b); }); }
+  void min(std::span<int> x) { combine(x, [](int a, int b) { return std::min(a, b); }); }
   void broadcast(std::string& text, int root) {
-    int length = int(text.size());
-    check(MPI_Bcast(&length, 1, MPI_INT, root, comm_.native()), "MPI_Bcast");
+    std::uint64_t length = text.size();
+    comm_.broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&length, 1)), root);
     text.resize(std::size_t(length));
-    check(MPI_Bcast(text.data(), length, MPI_CHAR, root, comm_.native()), "MPI_Bcast");
+    comm_.broadcast(std::as_writable_bytes(std::span<char>(text)), root);
   }
 
  private:
-  static void check(int rc, char const* call) {
-    if (rc != MPI_SUCCESS) throw CommError(std::string("MpiProcesses: ") + call + " failed: " + comm::detail::mpi_error_string(rc));
+  // Every process's x gathered, then combined in process order: the same bits on every
+  // process. Every call goes through the communicator, so a process that stalls is named in
+  // a CommError after the timeout, here as in the gradient all-reduce.
+  template <class T, class Op>
+  void combine(std::span<T> x, Op op) {
+    std::size_t const n = x.size();
+    gathered_.resize(n * sizeof(T) * std::size_t(processes()));
+    comm_.all_gather(std::as_bytes(std::span<T const>(x)), std::span<std::byte>(gathered_));
+    for (std::size_t i = 0; i < n; ++i) {
+      T value;
+      std::memcpy(&value, gathered_.data() + i * sizeof(T), sizeof(T));
+      for (int p = 1; p < processes(); ++p) {
+        T other;
+        std::memcpy(&other, gathered_.data() + (std::size_t(p) * n + i) * sizeof(T), sizeof(T));
+        value = op(value, other);
+      }
+      x[i] = value;
+    }
   }
 
   comm::MpiCommunicator comm_;
+  std::vector<std::byte> gathered_;
 };
 
 template <int LocalN>

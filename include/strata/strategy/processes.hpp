@@ -8,15 +8,21 @@
 #include <span>
 #include <string>
 
+#include "strata/strategy/strategy_options.hpp"
+
 namespace strata::strategy {
 
 struct SingleProcess {
+  SingleProcess() = default;
+  explicit SingleProcess(StrategyOptions const&) {}
   [[nodiscard]] static constexpr int process() { return 0; }
   [[nodiscard]] static constexpr int processes() { return 1; }
   [[nodiscard]] static constexpr bool is_chief() { return true; }
   // x = the sum of every process's x, element by element: here, x.
   static void sum(std::span<double>) {}
   static void sum(std::span<float>) {}
+  // x = the largest of every process's x, element by element.
+  static void max(std::span<double>) {}
   // x = the smallest of every process's x, element by element.
   static void min(std::span<int>) {}
   // `text` = the text of process `root`.

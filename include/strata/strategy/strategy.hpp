@@ -26,6 +26,7 @@
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/processes.hpp"
 #include "strata/strategy/replica_context.hpp"
+#include "strata/strategy/strategy_options.hpp"
 
 namespace strata::strategy {
 
@@ -63,9 +64,11 @@ class BasicStrategy {
   using backend = backend_for_t<typename Config::device>;
   static constexpr int num_replicas = Config::num_replicas;
 
-  BasicStrategy() : group_(num_replicas) {}
+  explicit BasicStrategy(StrategyOptions const& options = {})
+      : group_(num_replicas, options.timeout), processes_(options) {}
 
-  [[nodiscard]] static constexpr int num_replicas_in_sync() { return num_replicas; }
+  // Replicas in sync across the whole job: this process's times the processes.
+  [[nodiscard]] int num_replicas_in_sync() const { return num_replicas * processes_.processes(); }
 
   // Batches of `batches` split across the replicas; throws ConfigError when the global batch
   // is smaller than the number of replicas.
@@ -125,6 +128,7 @@ class BasicStrategy {
   // The job's processes: this one alone, or (MultiWorkerMirrored) those of the MPI job.
   using processes_type = typename processes_for<typename Config::strategy>::type;
   [[nodiscard]] processes_type& processes() { return processes_; }
+  [[nodiscard]] processes_type const& processes() const { return processes_; }
 
  private:
   template <class F>

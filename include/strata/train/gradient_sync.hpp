@@ -233,8 +233,12 @@ struct GradientSync {
   static_assert(policy::dependent_false<Strategy>,
                 "strata: no gradient sync is written for this strategy on this device yet (docs/roadmap.md)");
 };
-template <class Strategy, class Bucket>
-  requires(Strategy::kind == policy::StrategyKind::one_device || Strategy::kind == policy::StrategyKind::mirrored)
+// The strategies whose replicas all live in this process.
+template <class Strategy>
+concept InProcessStrategy =
+    Strategy::kind == policy::StrategyKind::one_device || Strategy::kind == policy::StrategyKind::mirrored;
+
+template <InProcessStrategy Strategy, class Bucket>
 struct GradientSync<Strategy, policy::Cpu, Bucket> {
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
                 "strata::BucketBytes<B> has no effect on OneDevice or Mirrored<N> on strata::Cpu: their replicas "

@@ -127,8 +127,7 @@ class DeviceSync : public ReplicaBarrier<Replicas> {
 #endif
 };
 
-template <class Strategy, class Bucket>
-  requires(Strategy::kind == policy::StrategyKind::one_device || Strategy::kind == policy::StrategyKind::mirrored)
+template <InProcessStrategy Strategy, class Bucket>
 struct GradientSync<Strategy, policy::Cuda, Bucket> {
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
                 "strata::BucketBytes<B> has no effect on OneDevice or Mirrored<N> on strata::Cuda yet: their "

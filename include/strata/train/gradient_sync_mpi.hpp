@@ -31,7 +31,11 @@ class MultiWorkerSync : public CommunicatorSync<comm::WorkerCommunicator, LocalN
  public:
   MultiWorkerSync(comm::ThreadGroup& group, std::span<float> model_gradients, std::span<std::size_t const> layer_offsets)
       : base(group, model_gradients, layer_offsets,
-             [&group](int r) { return comm::WorkerCommunicator(group.communicator(r)); }) {}
+             [&group](int r) {
+               // The replica threads' timeout (StrategyOptions::timeout) is the processes' too.
+               return comm::WorkerCommunicator(group.communicator(r), MPI_COMM_WORLD,
+                                               {.timeout = group.rendezvous().timeout()});
+             }) {}
 };
 
 template <int LocalN, class Bucket>

@@ -18,7 +18,7 @@ struct TrainBegin {
   int epochs = 0;
   std::int64_t steps_per_epoch = 0;  // global batches per epoch
   int batch_size = 0;                // global batch size
-  int num_replicas = 0;
+  int num_replicas = 0;              // replicas in sync across the whole job
   int accumulation_steps = 0;
   int worker = 0;   // this process among the job's (MultiWorkerMirrored); 0 is the chief
   int workers = 1;

@@ -63,7 +63,10 @@ class BasicTrainer {
   using strategy_type = strategy::BasicStrategy<Config>;
   static constexpr int num_replicas = Config::num_replicas;
 
-  [[nodiscard]] static constexpr int num_replicas_in_sync() { return num_replicas; }
+  explicit BasicTrainer(strategy::StrategyOptions const& options = {}) : strategy_(options) {}
+
+  // Replicas in sync across the whole job: this process's times the processes.
+  [[nodiscard]] int num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
   [[nodiscard]] strategy_type& strategy() { return strategy_; }
 
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
@@ -93,7 +96,7 @@ class BasicTrainer {
     TrainBegin const begin{options.epochs,
                            batches.batches_per_epoch(),
                            options.batch_size,
-                           num_replicas,
+                           num_replicas_in_sync(),
                            Config::accumulation_steps,
                            strategy_.processes().process(),
                            strategy_.processes().processes()};
@@ -102,6 +105,10 @@ class BasicTrainer {
       return false;
     });
     io::Progress const start = state.progress;  // a restored run continues exactly here
+    agree([&] {
+      check_same_start(start);
+      return false;
+    });
     runner.resume(start.step, start.micro_batches, start.loss_scale);
     History history = History::from_map(start.history);
 
@@ -113,17 +120,23 @@ class BasicTrainer {
       // Two batches held at once: the runner is handed the next one too (a device copies it
       // while this one computes).
       auto stream = batches.stream(epoch, resumed ? start.batch : 0, 2);
+      // This process's shards of the epoch so far, and the whole job's (what the logs show
+      // and the state saves). A restored run's saved figures are the job's: the chief alone
+      // continues from them, so that they count once whatever the number of workers now.
       Tally epoch_tally;
-      if (resumed) epoch_tally = {start.epoch_loss_sum, start.epoch_correct, start.epoch_samples};
+      if (resumed && strategy_.processes().is_chief())
+        epoch_tally = {start.epoch_loss_sum, start.epoch_correct, start.epoch_samples};
+      Tally job_tally = job_total(strategy_.processes(), epoch_tally);
       BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream->batches(), 0.0, std::nullopt, 0.0};
-      report<LossFn>(epoch_tally, logs);
+      report<LossFn>(job_tally, logs);
       for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
         next = stream->next();
         epoch_tally += runner.train_on_batch(*batch, next);
+        job_tally = job_total(strategy_.processes(), epoch_tally);
         logs.step = batch->index + 1;
-        report<LossFn>(epoch_tally, logs);
+        report<LossFn>(job_tally, logs);
         logs.seconds = seconds_since(started);
-        record(state, runner, epoch, logs.step, epoch_tally);
+        record(state, runner, epoch, logs.step, job_tally);
         if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
         if (agree([&] { return hooks.batch_end(logs, state, callbacks...); })) {
           stop = true;
@@ -132,10 +145,7 @@ class BasicTrainer {
       }
       runner.flush();
       runner.sync_to_host();  // validation and the epoch's callbacks read the host weights
-      // The epoch's figures are the job's: across processes, every worker's shards.
-      BatchLogs job = logs;
-      report<LossFn>(job_total(strategy_.processes(), epoch_tally), job);
-      EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, job.loss, job.accuracy, std::nullopt, std::nullopt};
+      EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
       if (validator) {
         Evaluation const v = validator->evaluate(loss, *options.validation);
         epoch_logs.val_loss = v.loss;
@@ -203,6 +213,23 @@ class BasicTrainer {
       strata::detail::throw_error(strata::detail::ErrorKind(std::stoi(text.substr(0, colon))), text.substr(colon + 1));
     }
     return outcome[1] == 0;
+  }
+
+  // Every process must continue from where the chief does (the chief's weights and state
+  // are broadcast; the position in the data cannot be).
+  void check_same_start(io::Progress const& start) {
+    auto& processes = strategy_.processes();
+    if (processes.processes() == 1) return;
+    auto const where = [](io::Progress const& p) {
+      return strata::detail::message("step ", p.step, " (epoch ", p.epoch, ", batch ", p.batch, ")");
+    };
+    std::string chief = where(start);
+    processes.broadcast(chief, 0);
+    if (chief != where(start))
+      throw ConfigError(strata::detail::message(
+          "fit: process ", processes.process(), " starts at ", where(start), " but the chief starts at ", chief,
+          "; every worker must restore the same backup: put BackupAndRestore's directory on a filesystem every "
+          "worker reads (or give each worker a copy of the chief's)"));
   }
 
   template <class C>

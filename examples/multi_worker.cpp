@@ -1,0 +1,89 @@
+// The flagship's model and data trained by a job of several processes: MultiWorkerMirrored
+// with one replica thread per process by default, under mpirun. Every process runs this
+// program; the chief (rank 0) draws the progress bar and prints the results. The last
+// line is `test_accuracy=0.xxxx`.
+//
+//   mpirun -np 2 multi_worker [--epochs N] [--batch-size B] [--replicas-per-process 1|2]
+//                             [--backup DIR] [--timeout SECONDS]
+//
+// scripts/multi-worker builds and launches it. With --backup, a job that is killed and
+// started again continues from the chief's last backup (docs/multi_worker.md).
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <strata.hpp>
+#include <strata/multi_worker.hpp>
+
+struct Options {
+  int epochs = 10;
+  int batch_size = 128;
+  int replicas_per_process = 1;
+  std::optional<std::string> backup;
+  int timeout_seconds = 600;
+};
+
+template <int LocalN>
+int train_and_evaluate(Options const& options) {
+  auto const train = strata::data::fashion_mnist(strata::data::Split::train);
+  auto const test = strata::data::fashion_mnist(strata::data::Split::test);
+
+  using Model = strata::Sequential<strata::Dense<784, 256>, strata::Relu, strata::Dense<256, 10>>;
+  Model model(/*seed=*/2026);  // the chief's weights are broadcast: every worker starts from them
+
+  strata::Trainer<strata::MultiWorkerMirrored<LocalN>> trainer({.timeout = std::chrono::seconds(options.timeout_seconds)});
+  auto const& processes = trainer.strategy().processes();
+  bool const chief = processes.is_chief();
+  if (chief)
+    std::cout << "Fashion-MNIST: " << train.size() << " training and " << test.size() << " test images; "
+              << Model::name() << " on " << processes.processes() << " processes x " << LocalN << " replicas = "
+              << trainer.num_replicas_in_sync() << " replicas in sync\n";
+
+  strata::FitOptions const fit{.epochs = options.epochs, .batch_size = options.batch_size, .validation = test, .seed = 7};
+  auto const history = options.backup
+                           ? trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train, fit,
+                                         strata::ProgressBar{}, strata::BackupAndRestore{.directory = *options.backup})
+                           : trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train, fit,
+                                         strata::ProgressBar{});
+  double total_seconds = 0.0;
+  for (double s : history.epoch_seconds()) total_seconds += s;
+  auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);  // every worker takes part
+  if (chief) {
+    std::cout << "trained " << history.epochs() << " epochs in " << total_seconds << " s; test loss " << result.loss
+              << '\n';
+    std::cout << "test_accuracy=" << *result.accuracy << std::endl;
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  strata::comm::MpiEnvironment mpi(argc, argv);
+  Options options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string const flag = argv[i];
+    if (flag == "--epochs") options.epochs = std::atoi(argv[i + 1]);
+    else if (flag == "--batch-size") options.batch_size = std::atoi(argv[i + 1]);
+    else if (flag == "--replicas-per-process") options.replicas_per_process = std::atoi(argv[i + 1]);
+    else if (flag == "--backup") options.backup = argv[i + 1];
+    else if (flag == "--timeout") options.timeout_seconds = std::atoi(argv[i + 1]);
+    else {
+      std::cerr << "unknown flag " << flag
+                << "; use --epochs N --batch-size B --replicas-per-process 1|2 --backup DIR --timeout SECONDS\n";
+      return 2;
+    }
+  }
+  try {
+    if (options.replicas_per_process == 1) return train_and_evaluate<1>(options);
+    if (options.replicas_per_process == 2) return train_and_evaluate<2>(options);
+    std::cerr << "--replicas-per-process " << options.replicas_per_process << " is not 1 or 2\n";
+    return 2;
+  } catch (strata::Error const& error) {
+    // A failed collective leaves MPI unusable: end every process of the job, not only this one.
+    std::cerr << "error: " << error.what() << '\n';
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}
