@@ -75,6 +75,10 @@ using strategy::PerReplica;
 using strategy::ReplicaContext;
 using strategy::Shard;
 using strategy::StrategyOptions;
+// Input each worker reads for itself
+using strategy::files_for_worker;
+using strategy::InputContext;
+using strategy::PerWorker;
 
 // Training
 using train::BackupAndRestore;

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <numeric>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -198,6 +200,299 @@ TEST_CASE("a worker whose model differs in shape is an error on every worker, na
   } else {
     CHECK_THROWS_WITH_AS(fit(Small(1)), doctest::Contains(expected.c_str()), ConfigError);
   }
+}
+
+namespace {
+// A custom training loop (the shape of examples/custom_loop.cpp) written once for any
+// strategy: distribute, run with per-replica gradients, all_reduce, each replica updating
+// its owned slice; 20 steps of Adam. Returns the weights, the summed losses, and what
+// gather returned for the last batch.
+struct LoopResult {
+  std::vector<float> weights;
+  std::vector<double> losses;
+  std::vector<int> shard_sizes;
+  Matrix features;
+  int replicas = 0;
+};
+
+template <class S>
+LoopResult custom_loop(std::uint64_t seed) {
+  using Backend = CpuBackend;
+  Mlp model(seed);
+  S strategy;
+  LoopResult result;
+  result.replicas = strategy.num_replicas_in_sync();
+  // The loop broadcasts nothing: every worker starts from the same seed here.
+  Adam const adam{};
+  auto state = adam.make_state(Mlp::arena_size);
+  std::vector<Mlp::Workspace<Backend>> workspaces;
+  std::vector<AlignedBuffer> gradients;
+  for (int r = 0; r < S::num_replicas; ++r) {
+    workspaces.emplace_back(24);
+    gradients.emplace_back(Mlp::arena_size);
+  }
+  SoftmaxCrossEntropy const loss;
+  std::int64_t step = 0;
+  for (auto const& batch : strategy.distribute(synthetic(480).batch(23))) {  // 21 batches, the last of 20
+    ++step;
+    auto losses = strategy.run(
+        [&](auto& ctx, Shard const& shard) {
+          int const r = ctx.local_replica_id();
+          float* grads = gradients[std::size_t(r)].data();
+          float* weights = model.parameters().data();
+          model.template forward<Backend>(workspaces[std::size_t(r)], weights, shard.features, {.training = true});
+          double const shard_loss =
+              loss.forward_backward<Backend>(workspaces[std::size_t(r)].output(), shard.targets,
+                                             workspaces[std::size_t(r)].output_gradient(), 1.0f / float(shard.global_batch_size));
+          model.template backward<Backend>(workspaces[std::size_t(r)], weights, grads, shard.features, false);
+          std::span<float> all(grads, Mlp::arena_size);
+          ctx.all_reduce(all, ReduceOp::sum);
+          ctx.barrier();  // every replica has read the weights before any slice changes
+          auto const slice = ctx.owned_slice(Mlp::arena_size);
+          adam.update(model.parameters().subspan(slice.begin, slice.size()), all.subspan(slice.begin, slice.size()),
+                      state, slice.begin, step);
+          return shard_loss;
+        },
+        batch);
+    result.losses.push_back(strategy.reduce(ReduceOp::sum, losses));
+    auto sizes = strategy.run([](auto&, Shard const& shard) { return shard.size; }, batch);
+    result.shard_sizes = strategy.gather(sizes);
+    auto parts = strategy.run([](auto&, Shard const& shard) { return Matrix(detail::eigen(shard.features)); }, batch);
+    result.features = strategy.gather(parts);
+  }
+  result.weights.assign(model.parameters().begin(), model.parameters().end());
+  return result;
+}
+
+template <int LocalN, int Total>
+void check_custom_loop() {
+  auto const multi = custom_loop<Strategy<MultiWorkerMirrored<LocalN>>>(9);
+  auto const single = custom_loop<Strategy<Mirrored<Total>>>(9);
+  CHECK(multi.replicas == Total);
+  CHECK(relative_difference(multi.weights, single.weights) < 1e-5);
+  CHECK(same_on_every_process(multi.weights));
+  REQUIRE(multi.losses.size() == single.losses.size());
+  for (std::size_t i = 0; i < multi.losses.size(); ++i) CHECK(multi.losses[i] == doctest::Approx(single.losses[i]).epsilon(1e-6));
+  CHECK(multi.shard_sizes == single.shard_sizes);  // the last batch of 20, over every replica of the job
+  CHECK(multi.features == single.features);        // every shard's columns, in replica order
+  Strategy<MultiWorkerMirrored<LocalN>> strategy;
+  auto ids = strategy.run([](auto& ctx) { return ctx.replica_id_in_sync_group(); });
+  CHECK(strategy.gather(ids) == [] {
+    std::vector<int> all(Total);
+    for (int i = 0; i < Total; ++i) all[std::size_t(i)] = i;
+    return all;
+  }());
+  CHECK(strategy.reduce(ReduceOp::max, ids) == Total - 1);
+  CHECK(strategy.reduce(ReduceOp::mean, strategy.run([](auto&) { return 1.0; })) == 1.0);
+  // A batch split for another number of replicas is refused, not mis-sharded.
+  data::BatchedDataset const batches = synthetic(48).batch(24);
+  CHECK_THROWS_AS(strategy.run([](auto&, Shard const&) { return 0; }, DistributedBatch(*batches.begin(), LocalN)),
+                  ConfigError);
+}
+}  // namespace
+
+TEST_CASE("Strategy<MultiWorkerMirrored> runs custom loops across processes: distribute, run, reduce, gather") {
+  if (world_size() == 2) check_custom_loop<2, 4>();
+  else if (world_size() == 3) check_custom_loop<1, 3>();
+}
+
+namespace {
+struct OnBatchEnd {
+  std::function<void(BatchLogs const&)> call;
+  void on_batch_end(BatchLogs const& logs) { call(logs); }
+};
+
+// With dropout: its masks follow each sample's position in the global batch, so a worker's
+// local batch must know its offset in it.
+using DropoutMlp = Sequential<Dense<20, 32>, Relu, Dropout, Dense<32, 5>>;
+
+// Worker p's own data: samples [starts[p], starts[p+1]) of `all` (uneven on purpose).
+data::Dataset columns_of(data::Dataset const& all, std::size_t first, std::size_t count) {
+  return all.skip(first).take(count);
+}
+
+// PerWorker input (distribute_datasets_from_function) against its oracle: one process
+// training Mirrored<Total> on the global batches the workers' local batches make together
+// (each step: every worker's next b samples, in worker order; fewer, then none, once a
+// worker's data runs out), fed to the step runner batch by batch.
+template <int LocalN, int Total>
+void check_per_worker_input() {
+  int const workers = world_size(), me = world_rank();
+  data::Dataset const all = synthetic(500);
+  int const global = 8 * workers;  // local batches of 8
+  int const local = global / workers;
+  std::vector<std::size_t> sizes;  // worker p holds 150 - 23 p samples: its epoch ends earlier
+  std::vector<std::size_t> starts{0};
+  for (int p = 0; p < workers; ++p) {
+    sizes.push_back(150 - 23 * std::size_t(p));
+    starts.push_back(starts.back() + sizes.back());
+  }
+  auto input = PerWorker{[&](InputContext const& context) {
+    CHECK(context.num_input_pipelines == workers);
+    CHECK(context.input_pipeline_id == me);
+    CHECK(context.num_replicas_in_sync == Total);
+    CHECK(context.per_replica_batch_size(global) == global / Total);
+    return columns_of(all, starts[std::size_t(context.input_pipeline_id)], sizes[std::size_t(context.input_pipeline_id)]);
+  }};
+  DropoutMlp model(21);
+  Trainer<MultiWorkerMirrored<LocalN>> trainer;
+  std::int64_t steps = 0;
+  auto const history = trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, input,
+                                   {.epochs = 1, .batch_size = global, .shuffle = false},
+                                   OnBatchEnd{[&](BatchLogs const& logs) { steps = logs.step; }});
+  std::int64_t const expected_steps = (std::int64_t(sizes[0]) + local - 1) / local;  // worker 0 has the most
+  CHECK(steps == expected_steps);
+
+  // The oracle: the same global batches, built by hand, in one process.
+  DropoutMlp oracle_model(21);
+  Strategy<Mirrored<Total>> strategy;
+  train::StepRunner<typename Strategy<Mirrored<Total>>::config, DropoutMlp, Adam, SoftmaxCrossEntropy> runner(
+      strategy, oracle_model, Adam{}, SoftmaxCrossEntropy{}, global, 0);
+  double loss_sum = 0.0;
+  std::int64_t samples = 0;
+  for (std::int64_t s = 0; s < expected_steps; ++s) {
+    std::vector<std::size_t> picked;
+    for (int p = 0; p < workers; ++p)
+      for (std::size_t j = std::size_t(s) * std::size_t(local); j < std::min(sizes[std::size_t(p)], std::size_t(s + 1) * std::size_t(local)); ++j)
+        picked.push_back(starts[std::size_t(p)] + j);
+    Matrix x(all.feature_width(), Eigen::Index(picked.size())), y(all.target_width(), Eigen::Index(picked.size()));
+    for (std::size_t j = 0; j < picked.size(); ++j) {
+      x.col(Eigen::Index(j)) = detail::eigen(all.features()).col(Eigen::Index(picked[j]));
+      y.col(Eigen::Index(j)) = detail::eigen(all.targets()).col(Eigen::Index(picked[j]));
+    }
+    data::Batch const batch{{x.data(), int(x.rows()), int(x.cols())}, {y.data(), int(y.rows()), int(y.cols())},
+                            int(picked.size()), s};
+    auto const tally = runner.train_on_batch(batch);
+    loss_sum += tally.loss_sum;
+    samples += tally.samples;
+  }
+  CHECK(samples == std::int64_t(starts.back()));  // every sample once
+  std::vector<float> const mine(model.parameters().begin(), model.parameters().end());
+  std::vector<float> const expected(oracle_model.parameters().begin(), oracle_model.parameters().end());
+  CHECK(relative_difference(mine, expected) < 1e-5);
+  CHECK(same_on_every_process(mine));
+  CHECK(history["loss"][0] == doctest::Approx(loss_sum / double(samples)).epsilon(1e-5));
+}
+
+}  // namespace
+
+TEST_CASE("per-worker input: each worker trains on its own data, uneven sizes included, as one process would") {
+  if (world_size() == 2) check_per_worker_input<2, 4>();
+  else if (world_size() == 3) check_per_worker_input<1, 3>();
+}
+
+TEST_CASE("Strategy::distribute_datasets_from_function: every sample once per epoch, uneven workers never hang") {
+  int const workers = world_size(), me = world_rank();
+  // Sample i carries i in its first feature; worker p holds 40 - 7 p of them.
+  std::vector<std::int64_t> starts{0};
+  for (int p = 0; p < workers; ++p) starts.push_back(starts.back() + 40 - 7 * p);
+  Matrix x = Matrix::Zero(20, Eigen::Index(starts.back()));
+  for (Eigen::Index i = 0; i < x.cols(); ++i) x(0, i) = float(i);
+  data::Dataset const all(x, std::vector<std::int32_t>(std::size_t(x.cols()), 0));
+  Strategy<MultiWorkerMirrored<2>> strategy;
+  int const global = 6 * workers;
+  auto batches = strategy.distribute_datasets_from_function(
+      [&](InputContext const& context) {
+        auto const p = std::size_t(context.input_pipeline_id);
+        return all.skip(std::size_t(starts[p])).take(std::size_t(starts[p + 1] - starts[p]));
+      },
+      global);
+  CHECK(batches.batches_per_epoch() == (40 + 5) / 6);  // worker 0 has the most
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int> seen;
+    std::int64_t steps = 0;
+    for (auto const& batch : batches) {
+      ++steps;
+      auto parts = strategy.run([](auto&, Shard const& shard) { return Matrix(detail::eigen(shard.features)); }, batch);
+      auto firsts = strategy.run([](auto&, Shard const& shard) { return shard.first_sample; }, batch);
+      auto totals = strategy.run([](auto&, Shard const& shard) { return shard.global_batch_size; }, batch);
+      Matrix const columns = strategy.gather(parts);
+      CHECK(columns.cols() == batch.size());
+      int offset = 0;
+      auto const first = strategy.gather(firsts);
+      auto const sizes = strategy.gather(strategy.run([](auto&, Shard const& shard) { return shard.size; }, batch));
+      for (std::size_t r = 0; r < first.size(); ++r) {
+        CHECK(first[r] == offset);  // each shard knows its place in the global batch
+        offset += sizes[r];
+      }
+      for (int t : strategy.gather(totals)) CHECK(t == batch.size());
+      for (Eigen::Index j = 0; j < columns.cols(); ++j) seen.push_back(int(columns(0, j)));
+    }
+    CHECK(steps == batches.batches_per_epoch());
+    std::sort(seen.begin(), seen.end());
+    std::vector<int> expected(std::size_t(starts.back()));
+    std::iota(expected.begin(), expected.end(), 0);
+    CHECK(seen == expected);
+  }
+  // A worker whose input fails: every worker throws.
+  auto failing = [&](InputContext const& context) {
+    if (context.input_pipeline_id == workers - 1) throw IoError("no such file: part-9.csv");
+    return all;
+  };
+  if (me == workers - 1) CHECK_THROWS_AS((void)strategy.distribute_datasets_from_function(failing, global), IoError);
+  else
+    CHECK_THROWS_WITH_AS((void)strategy.distribute_datasets_from_function(failing, global),
+                         doctest::Contains("failed"), DataError);
+}
+
+TEST_CASE("AutoShard::file and AutoShard::off through PerWorker; a bad input fails every worker") {
+  int const workers = world_size(), me = world_rank();
+  std::filesystem::path const dir = std::filesystem::temp_directory_path() / "strata_multi_worker_files";
+  if (me == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    for (int f = 0; f < 5; ++f) {  // 5 files of 10 + f rows: 20 features, the label last
+      std::ofstream out(dir / ("part-" + std::to_string(f) + ".csv"));
+      for (int row = 0; row < 10 + f; ++row) {
+        for (int c = 0; c < 20; ++c) out << float((f * 7 + row * 3 + c) % 11) / 11.0f << ',';
+        out << (f + row) % 5 << '\n';
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<std::filesystem::path> files;
+  for (int f = 0; f < 5; ++f) files.push_back(dir / ("part-" + std::to_string(f) + ".csv"));
+
+  // AutoShard::file: worker p reads files p, p + workers, ...; together they read each once.
+  std::size_t my_rows = 0;
+  auto by_file = PerWorker{[&](InputContext const& context) {
+    auto const mine = files_for_worker(files, context);
+    for (std::size_t i = 0; i < mine.size(); ++i) CHECK(mine[i] == files[std::size_t(me) + i * std::size_t(workers)]);
+    auto data = data::read_csv(mine);
+    my_rows = data.size();
+    return data;
+  }};
+  Trainer<MultiWorkerMirrored<1>> trainer;
+  Mlp model(5);
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, by_file, {.epochs = 2, .batch_size = 4 * workers});
+  double rows = double(my_rows);
+  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(rows == 10 + 11 + 12 + 13 + 14);
+  CHECK(same_on_every_process({model.parameters().begin(), model.parameters().end()}));
+
+  // Fewer files than workers.
+  std::vector<std::filesystem::path> const one(files.begin(), files.begin() + 1);
+  CHECK_THROWS_WITH_AS(files_for_worker(one, {workers, me, workers}), doctest::Contains("1 files for"), DataError);
+
+  // AutoShard::off: every worker trains on all of it, each in its own order.
+  data::Dataset const whole = data::read_csv(files);
+  std::int64_t steps = 0;
+  auto everything = PerWorker{[&](InputContext const&) { return whole; }};
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, everything, {.epochs = 1, .batch_size = 5 * workers},
+              OnBatchEnd{[&](BatchLogs const& logs) { steps = logs.step; }});
+  CHECK(steps == (std::int64_t(whole.size()) + 4) / 5);
+
+  // A global batch that does not divide over the workers, and a worker without data: the
+  // same error on every worker, no hang.
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, everything, {.batch_size = 4 * workers + 1}),
+                       doctest::Contains("does not divide over"), ConfigError);
+  auto none_on_last = PerWorker{[&](InputContext const& context) {
+    return context.input_pipeline_id == workers - 1 ? whole.take(0) : whole;
+  }};
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, none_on_last, {.batch_size = 4 * workers}),
+                       doctest::Contains("an empty dataset"), DataError);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) std::filesystem::remove_all(dir);
 }
 
 int main(int argc, char** argv) {

@@ -70,17 +70,25 @@ def systems(args):
     def single(command):
         return lambda: run_processes([command + common()], args.timeout)[0]
 
+    def merge_ranks(ranks):
+        merged = dict(next(r for r in ranks if r["rank"] == 0))
+        # An epoch ends for the job when its slowest rank ends; memory is every process together.
+        merged["epoch_seconds"] = [max(e) for e in zip(*(r["epoch_seconds"] for r in ranks))]
+        merged["peak_rss_mb"] = sum(r["peak_rss_mb"] for r in ranks)
+        return merged
+
+    def mpi(binary, world):
+        """One strata job of `world` processes under mpirun; every rank prints its line."""
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        command = ["mpirun", *root, "--oversubscribe", "--bind-to", "none", "-np", str(world), str(binary)]
+        return lambda: merge_ranks(run_processes([command + ["--strategy", "multi_worker1"] + common()], args.timeout))
+
     def ddp(python, world, label=None):
         def go():
             port = str(free_port())
             extra = ["--label", label] if label else []
-            ranks = run_processes([[python, "torch_anchor.py", "--world", str(world), "--rank", str(r), "--port",
-                                    port] + extra + common() for r in range(world)], args.timeout)
-            merged = dict(next(r for r in ranks if r["rank"] == 0))
-            # An epoch ends for the job when its slowest rank ends; memory is every process together.
-            merged["epoch_seconds"] = [max(e) for e in zip(*(r["epoch_seconds"] for r in ranks))]
-            merged["peak_rss_mb"] = sum(r["peak_rss_mb"] for r in ranks)
-            return merged
+            return merge_ranks(run_processes([[python, "torch_anchor.py", "--world", str(world), "--rank", str(r),
+                                               "--port", port] + extra + common() for r in range(world)], args.timeout))
         return go
 
     table = {
@@ -91,6 +99,10 @@ def systems(args):
         "torch": single([py, "torch_anchor.py"]),
         "torch_ddp2": ddp(py, 2),
     }
+    if (BUILD / "strata_anchor_mpi").exists():
+        table["strata_multi_worker1"] = mpi(BUILD / "strata_anchor_mpi", 2)
+    if (BUILD / "strata_anchor_mpi_openblas").exists():
+        table["strata_multi_worker1_openblas"] = mpi(BUILD / "strata_anchor_mpi_openblas", 2)
     if OPENBLAS:
         binary = str(BUILD / "strata_anchor_openblas")
         table["strata_mirrored2_openblas"] = single([binary, "--strategy", "mirrored2"])

@@ -2,9 +2,12 @@
 // 784-1024-1024-10 trained with Trainer::fit on Fashion-MNIST, SGD with momentum, global
 // batch 256, exactly `steps` steps per epoch (no partial batch), no validation inside the
 // timed epochs. Prints one JSON line, the same fields the Keras and PyTorch anchors print.
-// Built twice: strata_anchor (Eigen's GEMM) and strata_anchor_openblas (linked to strata::blas).
+// Built twice: strata_anchor (Eigen's GEMM) and strata_anchor_openblas (linked to strata::blas);
+// and twice more with MPI (strata_anchor_mpi[_openblas]), which add MultiWorkerMirrored<1>:
+// every process of the job prints its line, with its rank.
 //
 //   strata_anchor --strategy one_device|mirrored2 [--epochs 3] [--steps 234]
+//   mpirun -np 2 strata_anchor_mpi --strategy multi_worker1 [--epochs 3] [--steps 234]
 
 #include <sys/resource.h>
 
@@ -14,6 +17,9 @@
 #include <utility>
 
 #include <strata.hpp>
+#if defined(STRATA_ANCHOR_MPI)
+#include <strata/multi_worker.hpp>
+#endif
 
 #include "../mlp_step.hpp"
 
@@ -38,7 +44,8 @@ void run(std::string system, int epochs, int steps) {
 
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::cout << "{\"system\": \"" << system << "\", \"version\": \"GEMM: " << strata::cpu_gemm_engine()
+  std::cout << "{\"system\": \"" << system << "\", \"rank\": " << trainer.strategy().processes().process()
+            << ", \"version\": \"GEMM: " << strata::cpu_gemm_engine()
             << "\", \"samples_per_epoch\": " << train.size() << ", \"epoch_seconds\": [";
   char const* separator = "";
   for (double s : history.epoch_seconds()) std::cout << std::exchange(separator, ", ") << s;
@@ -49,6 +56,9 @@ void run(std::string system, int epochs, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(STRATA_ANCHOR_MPI)
+  strata::comm::MpiEnvironment mpi(argc, argv);
+#endif
   std::string strategy = "mirrored2";
   int epochs = 3;
   int steps = max_steps;
@@ -69,6 +79,10 @@ int main(int argc, char** argv) {
   try {
     if (strategy == "one_device") run<strata::Trainer<strata::OneDevice>>("strata OneDevice", epochs, steps);
     else if (strategy == "mirrored2") run<strata::Trainer<strata::Mirrored<2>>>("strata Mirrored<2>", epochs, steps);
+#if defined(STRATA_ANCHOR_MPI)
+    else if (strategy == "multi_worker1")
+      run<strata::Trainer<strata::MultiWorkerMirrored<1>>>("strata MultiWorkerMirrored<1>, 2 processes", epochs, steps);
+#endif
     else {
       std::cerr << "--strategy " << strategy << " is not one of one_device, mirrored2\n";
       return 2;

@@ -5,3 +5,5 @@
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/replica_context.hpp"
 #include "strata/strategy/strategy.hpp"
+#include "strata/strategy/strategy_options.hpp"
+#include "strata/strategy/worker_input.hpp"

@@ -85,4 +85,29 @@ inline Dataset read_csv(std::filesystem::path const& path, CsvOptions const& opt
   return parse_csv(read_file(path), path.string(), options);
 }
 
+// Several files of the same columns as one dataset, in the order given (for example, one
+// worker's files under AutoShard::file: strategy::files_for_worker).
+inline Dataset read_csv(std::vector<std::filesystem::path> const& paths, CsvOptions const& options = {}) {
+  if (paths.empty()) throw DataError("read_csv: no files given");
+  std::vector<Dataset> parts;
+  Eigen::Index samples = 0;
+  for (auto const& path : paths) {
+    parts.push_back(read_csv(path, options));
+    if (parts.back().feature_width() != parts.front().feature_width())
+      throw DataError(strata::detail::message("read_csv: ", path.string(), " has ", parts.back().feature_width(),
+                                              " feature columns but ", paths.front().string(), " has ",
+                                              parts.front().feature_width(), "; the files must have the same columns"));
+    samples += Eigen::Index(parts.back().size());
+  }
+  Matrix features(parts.front().feature_width(), samples), targets(parts.front().target_width(), samples);
+  Eigen::Index at = 0;
+  for (auto const& part : parts) {
+    auto const n = Eigen::Index(part.size());
+    features.middleCols(at, n) = strata::detail::eigen(part.features());
+    targets.middleCols(at, n) = strata::detail::eigen(part.targets());
+    at += n;
+  }
+  return {std::move(features), std::move(targets)};
+}
+
 }  // namespace strata::data

@@ -9,6 +9,7 @@
 #include "strata/core/error.hpp"
 #include "strata/core/tensor.hpp"
 #include "strata/data/batch.hpp"
+#include "strata/strategy/worker_input.hpp"
 
 namespace strata::strategy {
 
@@ -38,22 +39,40 @@ constexpr int max_shard_size(int batch_size, int num_replicas) {
   return (batch_size + num_replicas - 1) / num_replicas;
 }
 
-// A global batch as the replicas see it.
+// A global batch as the replicas see it: the whole batch (each process holds all of it), or
+// with per-worker input one process's local part of it.
 class DistributedBatch {
  public:
-  DistributedBatch(data::Batch const& batch, int num_replicas) : batch_(&batch), num_replicas_(num_replicas) {}
+  DistributedBatch(data::Batch const& batch, int num_replicas)
+      : batch_(&batch), num_replicas_(num_replicas), local_replicas_(num_replicas) {}
+  // `batch` is one worker's local part (`part`) of the step's global batch, split over its
+  // `local_replicas`, the first of which is replica `first_replica` of `num_replicas`.
+  DistributedBatch(data::Batch const& batch, int num_replicas, int local_replicas, int first_replica, WorkerPart part)
+      : batch_(&batch), num_replicas_(num_replicas), local_replicas_(local_replicas), first_(first_replica), part_(part) {}
+
+  // The batch this process holds: the global batch, or its local part of it.
   [[nodiscard]] data::Batch const& global() const { return *batch_; }
-  [[nodiscard]] int size() const { return batch_->size; }
+  // Samples in the step's global batch, over every worker.
+  [[nodiscard]] int size() const { return part_.global_size > 0 ? part_.global_size : batch_->size; }
   [[nodiscard]] int num_replicas() const { return num_replicas_; }
+  // Replica `replica`'s shard (its job-wide index; one of this process's).
   [[nodiscard]] Shard shard(int replica) const {
-    ShardRange const r = shard_range(batch_->size, num_replicas_, replica);
-    return {batch_->features.columns(r.first, r.count), batch_->targets.columns(r.first, r.count), r.count, r.first,
+    ShardRange const r = shard_range(batch_->size, local_replicas_, replica - first_);
+    Shard s{batch_->features.columns(r.first, r.count), batch_->targets.columns(r.first, r.count), r.count, r.first,
             batch_->size, replica};
+    if (part_.global_size > 0) {  // where it sits in the step's global batch
+      s.first_sample += part_.offset;
+      s.global_batch_size = part_.global_size;
+    }
+    return s;
   }
 
  private:
   data::Batch const* batch_;
   int num_replicas_;
+  int local_replicas_;
+  int first_ = 0;
+  WorkerPart part_{};
 };
 
 inline void check_global_batch(int batch_size, int num_replicas) {

@@ -14,10 +14,12 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/comm/mpi_communicator.hpp"
 #include "strata/comm/reduce_op.hpp"
+#include "strata/comm/worker_communicator.hpp"
 #include "strata/core/error.hpp"
 #include "strata/policy/strategy.hpp"
 #include "strata/strategy/processes.hpp"
@@ -37,6 +39,8 @@ class MpiProcesses {
   void sum(std::span<float> x) { comm_.all_reduce(x, comm::ReduceOp::sum); }
   void max(std::span<double> x) { combine(x, [](double a, double b) { return std::max(a, b); }); }
   void min(std::span<int> x) { combine(x, [](int a, int b) { return std::min(a, b); }); }
+  void min(std::span<double> x) { combine(x, [](double a, double b) { return std::min(a, b); }); }
+  void all_gather(std::span<std::byte const> mine, std::span<std::byte> all) { comm_.all_gather(mine, all); }
   void broadcast(std::string& text, int root) {
     std::uint64_t length = text.size();
     comm_.broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&length, 1)), root);
@@ -72,6 +76,16 @@ class MpiProcesses {
 template <int LocalN>
 struct processes_for<policy::MultiWorkerMirrored<LocalN>> {
   using type = MpiProcesses;
+};
+
+// Each replica of Strategy::run joins the replicas of every process. Made in the same order
+// on every process (replica 0's first), from one thread: MPI_Comm_dup is collective.
+template <int LocalN>
+struct replica_communicator_for<policy::MultiWorkerMirrored<LocalN>> {
+  using type = comm::WorkerCommunicator;
+  static type make(comm::ThreadCommunicator local, StrategyOptions const& options) {
+    return type(std::move(local), MPI_COMM_WORLD, {.timeout = options.timeout});
+  }
 };
 
 }  // namespace strata::strategy

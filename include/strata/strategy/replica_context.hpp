@@ -1,40 +1,54 @@
 #pragma once
 // ReplicaContext: what the function given to Strategy::run can do with the other replicas
 // (tf.distribute's ReplicaContext): know its id, wait for the others, and call collectives
-// on its replica group (a ThreadCommunicator: see comm/thread_communicator.hpp).
+// on the replicas in sync. Its communicator is the strategy's: the replica threads of this
+// process (comm::ThreadCommunicator), or, for MultiWorkerMirrored, every replica of every
+// process (comm::WorkerCommunicator). `strata::ReplicaContext` is the first; a function
+// written for any strategy takes `auto& context` (or `Strategy<...>::context_type&`).
 
 #include <cstddef>
 #include <span>
 
 #include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_communicator.hpp"
-#include "strata/comm/thread_group.hpp"
 
 namespace strata::strategy {
 
-class ReplicaContext {
+template <class Comm>
+class BasicReplicaContext {
  public:
-  ReplicaContext(comm::ThreadGroup& group, int replica) : comm_(group.communicator(replica)) {}
+  // `local_replica` of the `local_replicas` threads of this process.
+  BasicReplicaContext(Comm& comm, int local_replica, int local_replicas)
+      : comm_(&comm), local_replica_(local_replica), local_replicas_(local_replicas) {}
 
-  [[nodiscard]] int replica_id_in_sync_group() const { return comm_.rank(); }
-  [[nodiscard]] int num_replicas_in_sync() const { return comm_.size(); }
+  // Among every replica of the job (process × local replicas + local replica).
+  [[nodiscard]] int replica_id_in_sync_group() const { return comm_->rank(); }
+  [[nodiscard]] int num_replicas_in_sync() const { return comm_->size(); }
+  // Among the replica threads of this process.
+  [[nodiscard]] int local_replica_id() const { return local_replica_; }
+  [[nodiscard]] int local_replicas() const { return local_replicas_; }
 
-  void barrier() { comm_.barrier(); }
+  void barrier() { comm_->barrier(); }
 
-  // The part of an array of `size` elements this replica reduces and updates.
+  // The part of an array of `size` elements this replica updates. Each process holds its
+  // own copy of the weights, so the slices divide the array among this process's replicas.
   [[nodiscard]] comm::Slice owned_slice(std::size_t size) const {
-    return comm::owned_slice(size, comm_.size(), comm_.rank());
+    return comm::owned_slice(size, local_replicas_, local_replica_);
   }
 
-  // In place: afterwards every replica's `data` holds op over all replicas' `data`, summed
-  // in replica order (bitwise deterministic). Sizes must agree (CommError otherwise).
-  void all_reduce(std::span<float> data, comm::ReduceOp op) { comm_.all_reduce(data, op); }
+  // In place: afterwards every replica's `data` holds op over all replicas' `data` (of
+  // every process), bitwise the same on every replica. Sizes must agree (CommError otherwise).
+  void all_reduce(std::span<float> data, comm::ReduceOp op) { comm_->all_reduce(data, op); }
 
-  // The replica group's communicator, for the other collectives.
-  [[nodiscard]] comm::ThreadCommunicator& communicator() { return comm_; }
+  // The communicator, for the other collectives.
+  [[nodiscard]] Comm& communicator() { return *comm_; }
 
  private:
-  comm::ThreadCommunicator comm_;
+  Comm* comm_;
+  int local_replica_;
+  int local_replicas_;
 };
+
+using ReplicaContext = BasicReplicaContext<comm::ThreadCommunicator>;
 
 }  // namespace strata::strategy

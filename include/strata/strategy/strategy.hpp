@@ -3,15 +3,21 @@
 //
 //   strata::Strategy<strata::Mirrored<4>> strategy;
 //   for (auto const& batch : strategy.distribute(train.batch(256))) {
-//     auto losses = strategy.run([&](strata::ReplicaContext& ctx, strata::Shard const& shard) { ... }, batch);
+//     auto losses = strategy.run([&](auto& ctx, strata::Shard const& shard) { ... }, batch);
 //     float mean = strategy.reduce(strata::ReduceOp::mean, losses);
 //   }
 //
 // Replicas are persistent threads owned by the strategy; run() hands each its shard.
+// Under MultiWorkerMirrored the same calls span every process of the MPI job: distribute
+// splits each global batch over all replicas, the context's collectives and reduce and
+// gather cross processes, and every process must make the same calls in the same order.
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -24,6 +30,8 @@
 #include "strata/data/batch.hpp"
 #include "strata/policy/config.hpp"
 #include "strata/strategy/distribute.hpp"
+#include "strata/strategy/epoch_input.hpp"
+#include "strata/strategy/worker_input.hpp"
 #include "strata/strategy/processes.hpp"
 #include "strata/strategy/replica_context.hpp"
 #include "strata/strategy/strategy_options.hpp"
@@ -58,92 +66,140 @@ class BasicStrategy {
                     multi_worker_linked<typename Config::strategy>,
                 "strata::MultiWorkerMirrored needs #include <strata/multi_worker.hpp> and the strata::mpi CMake "
                 "target (docs/multi_worker.md)");
+  using communicator_for = replica_communicator_for<typename Config::strategy>;
 
  public:
   using config = Config;
   using backend = backend_for_t<typename Config::device>;
-  static constexpr int num_replicas = Config::num_replicas;
+  static constexpr int num_replicas = Config::num_replicas;  // in this process
+  using processes_type = typename processes_for<typename Config::strategy>::type;
+  using communicator_type = typename communicator_for::type;
+  // What the function given to run() receives.
+  using context_type = BasicReplicaContext<communicator_type>;
 
   explicit BasicStrategy(StrategyOptions const& options = {})
-      : group_(num_replicas, options.timeout), processes_(options) {}
+      : options_(options), group_(num_replicas, options.timeout), processes_(options) {}
 
   // Replicas in sync across the whole job: this process's times the processes.
   [[nodiscard]] int num_replicas_in_sync() const { return num_replicas * processes_.processes(); }
+  // The job-wide index of this process's first replica.
+  [[nodiscard]] int first_replica() const { return num_replicas * processes_.process(); }
 
-  // Batches of `batches` split across the replicas; throws ConfigError when the global batch
-  // is smaller than the number of replicas.
+  // Batches of `batches` split across every replica of the job (each process reads the same
+  // global batches and its replicas take their shards); throws ConfigError when the global
+  // batch is smaller than the replicas in sync.
   [[nodiscard]] DistributedDataset distribute(data::BatchedDataset const& batches) const {
-    return {batches, num_replicas};
+    return {batches, num_replicas_in_sync()};
   }
 
-  // Runs fn(ReplicaContext&, Shard const&) on every replica with its shard of `batch`.
+  // tf's distribute_datasets_from_function: make(InputContext const&) returns this worker's
+  // Dataset, read in local batches of global_batch_size / workers, each split over this
+  // process's replicas (shards know their place in the step's global batch). Every worker
+  // iterates as many steps per epoch as the one with the most data needs, the others with
+  // empty batches. Collective: every process calls it; if any worker's `make` throws or
+  // returns no data, every worker throws.
+  template <class Make>
+  [[nodiscard]] WorkerDistributedDataset distribute_datasets_from_function(Make&& make, int global_batch_size) {
+    InputContext const context{processes_.processes(), processes_.process(), num_replicas_in_sync()};
+    int const local_batch = context.per_worker_batch_size(global_batch_size);
+    data::Dataset mine;
+    std::exception_ptr failure;
+    try {
+      mine = make(context);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    std::vector<std::int64_t> sizes(std::size_t(processes_.processes()));
+    std::int64_t const size = failure ? -1 : std::int64_t(mine.size());
+    processes_.all_gather(std::as_bytes(std::span<std::int64_t const>(&size, 1)),
+                          std::as_writable_bytes(std::span<std::int64_t>(sizes)));
+    if (failure) std::rethrow_exception(failure);
+    for (std::size_t p = 0; p < sizes.size(); ++p)
+      if (sizes[p] <= 0)
+        throw DataError(strata::detail::message("distribute_datasets_from_function: the input function of worker ", p,
+                                                sizes[p] < 0 ? " failed" : " returned an empty dataset",
+                                                "; every worker needs at least one sample"));
+    return {WorkerInput(mine, std::move(sizes), context.input_pipeline_id, local_batch, false, 0, 1),
+            num_replicas_in_sync(), num_replicas, first_replica()};
+  }
+
+  // Runs fn(context_type&, Shard const&) on every replica with its shard of `batch`.
   template <class F>
   auto run(F&& fn, DistributedBatch const& batch) {
-    return run_replicas([&](ReplicaContext& context) { return fn(context, batch.shard(context.replica_id_in_sync_group())); });
+    if (batch.num_replicas() != num_replicas_in_sync())
+      throw ConfigError(strata::detail::message("Strategy::run: the batch is split for ", batch.num_replicas(),
+                                                " replicas but ", num_replicas_in_sync(),
+                                                " are in sync; split it with this strategy's distribute()"));
+    return run_replicas([&](context_type& context) { return fn(context, batch.shard(context.replica_id_in_sync_group())); });
   }
 
-  // Runs fn(ReplicaContext&) on every replica.
+  // Runs fn(context_type&) on every replica.
   template <class F>
   auto run(F&& fn) {
     return run_replicas(std::forward<F>(fn));
   }
 
-  // Combines per-replica values: sum, mean, max or min.
+  // Combines per-replica values over every replica of the job: sum, mean, max or min of an
+  // arithmetic type (across processes, combined in double, in process order).
   template <class T>
-  [[nodiscard]] T reduce(comm::ReduceOp op, PerReplica<T, num_replicas> const& values) const {
+  [[nodiscard]] T reduce(comm::ReduceOp op, PerReplica<T, num_replicas> const& values) {
     T result = values[0];
     for (int r = 1; r < num_replicas; ++r) {
       if (op == comm::ReduceOp::max) result = std::max(result, values[r]);
       else if (op == comm::ReduceOp::min) result = std::min(result, values[r]);
       else result += values[r];
     }
-    if (op == comm::ReduceOp::mean) result /= T(num_replicas);
+    if (processes_.processes() > 1) result = across_processes(op, result);
+    if (op == comm::ReduceOp::mean) result /= T(num_replicas_in_sync());
     return result;
   }
 
-  // Concatenates per-replica values in replica order (tf's gather along the batch axis):
-  // matrices side by side as columns, scalars into a vector.
+  // Concatenates per-replica values in replica order over the job (tf's gather along the
+  // batch axis): matrices side by side as columns, scalars into a vector.
   template <class T>
-  [[nodiscard]] auto gather(PerReplica<T, num_replicas> const& values) const {
+  [[nodiscard]] auto gather(PerReplica<T, num_replicas> const& values) {
     if constexpr (std::is_same_v<T, Matrix>) {
       Eigen::Index cols = 0;
       for (auto const& m : values.values) cols += m.cols();
-      Matrix out(values[0].rows(), cols);
+      Matrix mine(values[0].rows(), cols);
       cols = 0;
       for (auto const& m : values.values) {
-        if (m.rows() != out.rows())
-          throw ShapeError(strata::detail::message("gather: replicas returned matrices with ", out.rows(), " and ", m.rows(),
-                                           " rows; gather concatenates columns of equal height"));
-        out.middleCols(cols, m.cols()) = m;
+        if (m.rows() != mine.rows())
+          throw ShapeError(strata::detail::message("gather: replicas returned matrices with ", mine.rows(), " and ",
+                                                   m.rows(), " rows; gather concatenates columns of equal height"));
+        mine.middleCols(cols, m.cols()) = m;
         cols += m.cols();
       }
-      return out;
+      return processes_.processes() == 1 ? mine : gather_columns(mine);
     } else {
-      return std::vector<T>(values.values.begin(), values.values.end());
+      static_assert(std::is_trivially_copyable_v<T>, "Strategy::gather: T must be a Matrix or trivially copyable");
+      std::vector<T> all(static_cast<std::size_t>(num_replicas_in_sync()));
+      processes_.all_gather(std::as_bytes(std::span<T const>(values.values)), std::as_writable_bytes(std::span<T>(all)));
+      return all;
     }
   }
 
   // The replica threads, for code (like the Trainer) that cooperates on shared buffers.
   [[nodiscard]] comm::ThreadGroup& group() { return group_; }
   // The job's processes: this one alone, or (MultiWorkerMirrored) those of the MPI job.
-  using processes_type = typename processes_for<typename Config::strategy>::type;
   [[nodiscard]] processes_type& processes() { return processes_; }
   [[nodiscard]] processes_type const& processes() const { return processes_; }
 
  private:
   template <class F>
   auto run_replicas(F&& fn) {
-    using Result = std::invoke_result_t<F&, ReplicaContext&>;
+    make_communicators();
+    using Result = std::invoke_result_t<F&, context_type&>;
     if constexpr (std::is_void_v<Result>) {
       auto task = [&](int replica) {
-        ReplicaContext context(group_, replica);
+        context_type context(communicators_[std::size_t(replica)], replica, num_replicas);
         fn(context);
       };
       group_.run(task);
     } else {
       PerReplica<Result, num_replicas> results;
       auto task = [&](int replica) {
-        ReplicaContext context(group_, replica);
+        context_type context(communicators_[std::size_t(replica)], replica, num_replicas);
         results[replica] = fn(context);
       };
       group_.run(task);
@@ -151,8 +207,57 @@ class BasicStrategy {
     }
   }
 
+  // On the first run: made here, in replica order, because making one may be collective
+  // across processes (every process calls run() in the same order).
+  void make_communicators() {
+    if (!communicators_.empty()) return;
+    communicators_.reserve(num_replicas);
+    for (int r = 0; r < num_replicas; ++r) communicators_.push_back(communicator_for::make(group_.communicator(r), options_));
+  }
+
+  template <class T>
+  T across_processes(comm::ReduceOp op, T const& mine) {
+    static_assert(std::is_arithmetic_v<T>, "Strategy::reduce across processes: T must be an arithmetic type");
+    double x = double(mine);
+    std::span<double> one(&x, 1);
+    if (op == comm::ReduceOp::max) processes_.max(one);
+    else if (op == comm::ReduceOp::min) processes_.min(one);
+    else processes_.sum(one);
+    return T(x);
+  }
+
+  // Every process's columns, in process order: each fills its own, zeros elsewhere, summed.
+  Matrix gather_columns(Matrix const& mine) {
+    std::vector<std::int64_t> cols(std::size_t(processes_.processes()));
+    std::int64_t const my_cols = mine.cols();
+    processes_.all_gather(std::as_bytes(std::span<std::int64_t const>(&my_cols, 1)),
+                          std::as_writable_bytes(std::span<std::int64_t>(cols)));
+    check_same_rows(mine.rows());
+    std::int64_t before = 0, total = 0;
+    for (int p = 0; p < processes_.processes(); ++p) {
+      if (p < processes_.process()) before += cols[std::size_t(p)];
+      total += cols[std::size_t(p)];
+    }
+    Matrix all = Matrix::Zero(mine.rows(), Eigen::Index(total));
+    all.middleCols(Eigen::Index(before), mine.cols()) = mine;
+    processes_.sum(std::span<float>(all.data(), std::size_t(all.size())));
+    return all;
+  }
+
+  void check_same_rows(Eigen::Index rows) {
+    double high = double(rows), low = double(rows);
+    processes_.max(std::span<double>(&high, 1));
+    processes_.min(std::span<double>(&low, 1));
+    if (high != low)
+      throw ShapeError(strata::detail::message("Strategy::gather: process ", processes_.process(), " has matrices of ",
+                                               rows, " rows but others have between ", low, " and ", high,
+                                               "; gather concatenates columns of equal height"));
+  }
+
+  StrategyOptions options_;
   comm::ThreadGroup group_;
   processes_type processes_;
+  std::vector<communicator_type> communicators_;
 };
 
 }  // namespace strata::strategy

@@ -39,6 +39,7 @@
 #include "strata/optim/optimizer.hpp"
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/strategy.hpp"
+#include "strata/strategy/worker_input.hpp"
 #include "strata/train/gradient_sync.hpp"
 #include "strata/train/loss_scale.hpp"
 #include "strata/train/replica_pass.hpp"
@@ -80,14 +81,21 @@ class StepRunner : public StepProgress<Config> {
   // correct counts over its samples. The optimizer runs after every K-th batch. `next`,
   // where given, is the batch of the next call (unchanged until then): a device copies its
   // shards while this batch computes, and the next call starts at once. The Trainer passes it.
-  Tally train_on_batch(data::Batch const& batch, data::Batch const* next = nullptr) {
-    auto const micro = this->begin_micro_batch(batch.size);
-    // Every process reads the global batch; its replicas take their shards of it.
+  //
+  // With a WorkerPart (per-worker input, strategy/worker_input.hpp), `batch` is this
+  // process's local part of the step's global batch, split over its own replicas; otherwise
+  // every process reads the global batch and its replicas take their shards of it.
+  Tally train_on_batch(data::Batch const& batch, data::Batch const* next = nullptr, strategy::WorkerPart part = {}) {
+    bool const local = part.global_size > 0;
+    auto const micro = this->begin_micro_batch(local ? part.global_size : batch.size);
     int const world = sync_.num_replicas_in_sync(), first = sync_.first_replica();
-    strategy::DistributedBatch const distributed(batch, world);
-    std::optional<strategy::DistributedBatch> following;
+    auto split = [&](data::Batch const& b, strategy::WorkerPart p) {
+      return local ? strategy::DistributedBatch(b, world, num_replicas, first, p) : strategy::DistributedBatch(b, world);
+    };
+    strategy::DistributedBatch const distributed = split(batch, part);
+    std::optional<strategy::DistributedBatch> following;  // only its shards' data is read
     if constexpr (Pass::copies_ahead)
-      if (next) following.emplace(*next, world);
+      if (next) following.emplace(split(*next, {}));
     bool const staged = staged_ == key_of(&batch);
     staged_ = key_of(next);
     sync_.begin_reduction(micro.apply);

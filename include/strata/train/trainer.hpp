@@ -15,6 +15,7 @@
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/data/batch.hpp"
@@ -22,6 +23,7 @@
 #include "strata/nn/loss.hpp"
 #include "strata/optim/optimizer.hpp"
 #include "strata/policy/config.hpp"
+#include "strata/strategy/epoch_input.hpp"
 #include "strata/strategy/strategy.hpp"
 #include "strata/io/training_state.hpp"
 #include "strata/train/callback.hpp"
@@ -72,20 +74,67 @@ class BasicTrainer {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
               FitOptions const& options, Cs&&... callbacks) {
-    check_runnable<Config>();
-    detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
-    if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
-    if (options.batch_size < 1)
-      throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
+    check_options(options);
     check_data<Model>(loss, train, "fit: the training dataset");
-    if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
+    strategy::SharedInput const input(train, options.batch_size, options.shuffle, options.seed, options.prefetch);
+    return fit_from(model, optimizer, loss, input, options, std::forward<Cs>(callbacks)...);
+  }
 
+  // Each worker trains on the data input.make(InputContext) returns for it, in local batches
+  // of batch_size / workers (strategy/worker_input.hpp: distribute_datasets_from_function,
+  // AutoShard::file and AutoShard::off). Every worker's dataset must hold a sample.
+  template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class Make, class... Cs>
+  History fit(Model& model, Opt const& optimizer, LossFn const& loss, strategy::PerWorker<Make> const& input,
+              FitOptions const& options, Cs&&... callbacks) {
+    check_options(options);
+    auto& processes = strategy_.processes();
+    strategy::InputContext const context{processes.processes(), processes.process(), num_replicas_in_sync()};
+    int const local_batch = context.per_worker_batch_size(options.batch_size);
+    data::Dataset local;
+    agree([&] {  // a worker whose input fails makes every worker fail, with its error
+      local = input.make(context);
+      if (local.empty())
+        throw DataError(strata::detail::message("fit: the input function gave worker ", context.input_pipeline_id,
+                                                " an empty dataset; every worker needs at least one sample"));
+      check_data<Model>(loss, local, "fit: this worker's dataset");
+      return false;
+    });
+    std::vector<std::int64_t> sizes(std::size_t(processes.processes()));
+    std::int64_t const mine = std::int64_t(local.size());
+    processes.all_gather(std::as_bytes(std::span<std::int64_t const>(&mine, 1)),
+                         std::as_writable_bytes(std::span<std::int64_t>(sizes)));
+    strategy::WorkerInput const worker_input(local, std::move(sizes), context.input_pipeline_id, local_batch, options.shuffle,
+                                   options.seed, options.prefetch);
+    return fit_from(model, optimizer, loss, worker_input, options, std::forward<Cs>(callbacks)...);
+  }
+
+  // Mean loss (and accuracy for classification) over `data`, distributed over the replicas.
+  template <class Model, nn::Loss LossFn>
+  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
+    check_runnable<Config>();
+    check_data<Model>(loss, data, "evaluate: the dataset");
+    return ValidatorFor<Model>(strategy_, model, batch_size).evaluate(loss, data);
+  }
+
+  // The model's outputs, output_width x data.size(), in dataset order.
+  template <class Model>
+  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
+    check_runnable<Config>();
+    if (data.empty()) throw DataError("predict: the dataset is empty");
+    return ValidatorFor<Model>(strategy_, model, batch_size).predict(data);
+  }
+
+ private:
+  // The training loop, on the global batches every worker shards or on each worker's own.
+  template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class Input, class... Cs>
+  History fit_from(Model& model, Opt const& optimizer, LossFn const& loss, Input const& input, FitOptions const& options,
+                   Cs&&... callbacks) {
+    detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
+    if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
     RunnerFor<Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
                                       {options.clip_global_norm});
     std::optional<ValidatorFor<Model>> validator;
     if (options.validation) validator.emplace(strategy_, model, options.batch_size);
-    data::Dataset const ordered = options.shuffle ? train.shuffle(options.seed) : train;
-    data::BatchedDataset const batches = ordered.batch(options.batch_size).prefetch(options.prefetch);
 
     // What checkpoint callbacks save, and what BackupAndRestore loads into before training starts.
     io::TrainingState state = io::training_state(model, runner.optimizer(), runner.optimizer_state());
@@ -94,7 +143,7 @@ class BasicTrainer {
     state.progress.batch_size = options.batch_size;
     state.progress.loss_scale = runner.loss_scale();
     TrainBegin const begin{options.epochs,
-                           batches.batches_per_epoch(),
+                           input.batches_per_epoch(),
                            options.batch_size,
                            num_replicas_in_sync(),
                            Config::accumulation_steps,
@@ -119,7 +168,7 @@ class BasicTrainer {
       auto const started = std::chrono::steady_clock::now();
       // Two batches held at once: the runner is handed the next one too (a device copies it
       // while this one computes).
-      auto stream = batches.stream(epoch, resumed ? start.batch : 0, 2);
+      strategy::EpochStream stream = input.epoch(epoch, resumed ? start.batch : 0);
       // This process's shards of the epoch so far, and the whole job's (what the logs show
       // and the state saves). A restored run's saved figures are the job's: the chief alone
       // continues from them, so that they count once whatever the number of workers now.
@@ -127,13 +176,13 @@ class BasicTrainer {
       if (resumed && strategy_.processes().is_chief())
         epoch_tally = {start.epoch_loss_sum, start.epoch_correct, start.epoch_samples};
       Tally job_tally = job_total(strategy_.processes(), epoch_tally);
-      BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream->batches(), 0.0, std::nullopt, 0.0};
+      BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream.batches(), 0.0, std::nullopt, 0.0};
       report<LossFn>(job_tally, logs);
-      for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
-        next = stream->next();
-        epoch_tally += runner.train_on_batch(*batch, next);
+      for (strategy::StepBatch const *step = stream.next(), *next = nullptr; step; step = next) {
+        next = stream.next();
+        epoch_tally += runner.train_on_batch(*step->batch, next ? next->batch : nullptr, step->part);
         job_tally = job_total(strategy_.processes(), epoch_tally);
-        logs.step = batch->index + 1;
+        logs.step = step->batch->index + 1;
         report<LossFn>(job_tally, logs);
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, job_tally);
@@ -164,23 +213,14 @@ class BasicTrainer {
     return history;
   }
 
-  // Mean loss (and accuracy for classification) over `data`, distributed over the replicas.
-  template <class Model, nn::Loss LossFn>
-  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
+
+  static void check_options(FitOptions const& options) {
     check_runnable<Config>();
-    check_data<Model>(loss, data, "evaluate: the dataset");
-    return ValidatorFor<Model>(strategy_, model, batch_size).evaluate(loss, data);
+    if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
+    if (options.batch_size < 1)
+      throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
   }
 
-  // The model's outputs, output_width x data.size(), in dataset order.
-  template <class Model>
-  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
-    check_runnable<Config>();
-    if (data.empty()) throw DataError("predict: the dataset is empty");
-    return ValidatorFor<Model>(strategy_, model, batch_size).predict(data);
-  }
-
- private:
   template <class Model, class LossFn>
   static void check_data(LossFn const& loss, data::Dataset const& data, char const* what) {
     if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
