@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -26,16 +27,28 @@
 
 namespace strata::cuda {
 
-// Where replica r runs: one GPU per replica when the process sees enough GPUs and NCCL is
-// linked (strata::cuda links it where CMake finds it), else every replica on device 0
-// (logical replicas, as TensorFlow's logical devices). Without a GPU, the DeviceError that
-// says so, before anything is allocated.
+// This process's index among the processes of its machine, as the launcher tells it
+// (Open MPI's mpirun, Slurm's srun, MPICH's Hydra, torchrun-style LOCAL_RANK); 0 when no
+// launcher says. Several processes on one machine then take different GPUs.
+inline int node_local_process() {
+  for (char const* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (char const* value = std::getenv(name); value && *value) return std::max(0, std::atoi(value));
+  return 0;
+}
+
+// Where replica r of this process runs. Process k of a machine (node_local_process()) owns
+// GPUs k × replicas ... k × replicas + replicas − 1 when the machine has that many and NCCL
+// is linked (strata::cuda links it where CMake finds it): one GPU per replica. Otherwise
+// every replica runs on one GPU, GPU k modulo the GPUs there are (logical replicas, as
+// TensorFlow's logical devices). One process alone starts at GPU 0. Without a GPU, the
+// DeviceError that says so, before anything is allocated.
 inline std::vector<int> replica_devices(int replicas) {
   require_device(0);
-  std::vector<int> devices(std::size_t(replicas), 0);
+  int const count = device_count(), process = node_local_process();
+  std::vector<int> devices(std::size_t(replicas), process % count);
 #if STRATA_CUDA_NCCL
-  if (replicas > 1 && device_count() >= replicas)
-    for (int r = 0; r < replicas; ++r) devices[std::size_t(r)] = r;
+  if (replicas > 1 && count >= (process + 1) * replicas)
+    for (int r = 0; r < replicas; ++r) devices[std::size_t(r)] = process * replicas + r;
 #endif
   return devices;
 }

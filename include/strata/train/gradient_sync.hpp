@@ -137,6 +137,31 @@ class ThreadSync : public ReplicaArenas<Replicas> {
 // Any Communicator: replica r's arena is all-reduced over `make_communicator(r)` (rank r of
 // its process, in a world of local replicas × processes) bucket by bucket during backward.
 // Then every replica's arena holds the sum, and reduce() only scales the owner's slice.
+// Broadcasts the chief's weights and optimizer state to every process over `processes` (a
+// communicator with one rank per process), after checking that every process holds the
+// same number of them: a model or optimizer of another shape is a ConfigError naming both
+// sizes on every process, never a hang in a collective of mismatched lengths.
+template <comm::Communicator Processes, class State>
+void share_from_chief(Processes& processes, std::span<float> weights, State& state) {
+  auto check_same_size = [&](char const* what, std::size_t count) {
+    std::vector<std::uint64_t> counts(std::size_t(processes.size()));
+    std::uint64_t const mine = count;
+    processes.all_gather(std::as_bytes(std::span<std::uint64_t const>(&mine, 1)),
+                         std::as_writable_bytes(std::span<std::uint64_t>(counts)));
+    for (std::size_t p = 1; p < counts.size(); ++p)
+      if (counts[p] != counts[0])
+        throw ConfigError(strata::detail::message("MultiWorkerMirrored: process 0 (the chief) has ", counts[0],
+                                                  " floats of ", what, " but process ", p, " has ", counts[p],
+                                                  "; every worker must build the same model and optimizer"));
+  };
+  check_same_size("weights", weights.size());
+  processes.broadcast(weights, 0);
+  state.for_each_slot([&](char const* name, AlignedBuffer& slot) {
+    check_same_size(name, slot.size());
+    processes.broadcast(std::span<float>(slot.data(), slot.size()), 0);
+  });
+}
+
 template <class Comm, int Replicas, std::size_t BucketBytes>
   requires comm::Communicator<Comm>
 class CommunicatorSync : public ReplicaArenas<Replicas> {
@@ -186,21 +211,12 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
   [[nodiscard]] int first_replica() const { return first_; }
   [[nodiscard]] comm::BucketPlan const& bucket_plan() const { return buckets_[0]->plan(); }
 
-  // A communicator that crosses processes (comm::WorkerCommunicator) broadcasts the chief's
-  // weights and optimizer state to every process, after checking that every process holds
-  // the same number of them: a model or optimizer of another shape is a ConfigError naming
-  // both sizes on every process, never a hang in a collective of mismatched lengths.
+  // A communicator that crosses processes (comm::WorkerCommunicator) makes every process's
+  // weights and optimizer state the chief's (share_from_chief above).
   template <class State>
   void share_from_chief(std::span<float> weights, State& state) {
-    if constexpr (requires(Comm& c) { c.across_processes(); }) {
-      auto& processes = communicators_[0]->across_processes();
-      check_same_size(processes, "weights", weights.size());
-      processes.broadcast(weights, 0);
-      state.for_each_slot([&](char const* name, AlignedBuffer& slot) {
-        check_same_size(processes, name, slot.size());
-        processes.broadcast(std::span<float>(slot.data(), slot.size()), 0);
-      });
-    }
+    if constexpr (requires(Comm& c) { c.across_processes(); })
+      train::share_from_chief(communicators_[0]->across_processes(), weights, state);
   }
 
  private:
@@ -212,19 +228,6 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
   int first_ = 0;
   bool reducing_ = true;
 
-  // Every process's `count` of `what`, compared with the chief's.
-  template <class Processes>
-  static void check_same_size(Processes& processes, char const* what, std::size_t count) {
-    std::vector<std::uint64_t> counts(std::size_t(processes.size()));
-    std::uint64_t const mine = count;
-    processes.all_gather(std::as_bytes(std::span<std::uint64_t const>(&mine, 1)),
-                         std::as_writable_bytes(std::span<std::uint64_t>(counts)));
-    for (std::size_t p = 1; p < counts.size(); ++p)
-      if (counts[p] != counts[0])
-        throw ConfigError(strata::detail::message("MultiWorkerMirrored: process 0 (the chief) has ", counts[0],
-                                                  " floats of ", what, " but process ", p, " has ", counts[p],
-                                                  "; every worker must build the same model and optimizer"));
-  }
 };
 
 // The sync a strategy uses on a device, chosen by specialisation on the policy tags.

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "strata/comm/reduce_op.hpp"
@@ -73,6 +74,7 @@ class DeviceSync : public ReplicaBarrier<Replicas> {
       comms_[std::size_t(r)].reduce_scatter(std::span<float const>(gradients_[std::size_t(r)].data(), padded_),
                                             std::span<float>(out, chunk_), comm::ReduceOp::sum);
       if (n > 0) c.launch(cuda::Kernel::scale, n, out, n, scale);
+      across_processes(r, out, n);
       return out;
     }
 #endif
@@ -82,6 +84,7 @@ class DeviceSync : public ReplicaBarrier<Replicas> {
     } peers{};
     for (int p = 0; p < Replicas; ++p) peers.p[p] = gradients_[std::size_t(p)].data() + mine.begin;
     c.launch(cuda::Kernel::reduce_replicas, n, peers, Replicas, out, n, scale);
+    across_processes(r, out, n);
     return out;
   }
   // Where the reduced gradient of arena element `index` (in replica r's slice) is.
@@ -115,7 +118,23 @@ class DeviceSync : public ReplicaBarrier<Replicas> {
   [[nodiscard]] std::size_t padded() const { return padded_; }
   [[nodiscard]] static constexpr int num_replicas_in_sync() { return Replicas; }
 
+ protected:
+#if STRATA_CUDA_NCCL
+  // A multi-process sync (train/gradient_sync_cuda_mpi.hpp) joins each local replica to the
+  // replicas with its index in the other processes: its reduced slice is then summed over
+  // them too, hierarchically, as on the CPU. The scale was applied on every process alike.
+  void join_processes(std::vector<comm::NcclCommunicator> across) { across_ = std::move(across); }
+#endif
+
  private:
+  void across_processes([[maybe_unused]] int r, [[maybe_unused]] float* slice, [[maybe_unused]] long long n) {
+#if STRATA_CUDA_NCCL
+    if (across_.empty() || n == 0) return;
+    cuda::current_context().synchronize();  // NCCL runs on its own stream: the slice must be final
+    across_[std::size_t(r)].all_reduce(std::span<float>(slice, std::size_t(n)), comm::ReduceOp::sum);
+#endif
+  }
+
   std::size_t arena_;
   std::vector<int> devices_;
   bool multi_ = false;
@@ -123,8 +142,26 @@ class DeviceSync : public ReplicaBarrier<Replicas> {
   std::array<cuda::DeviceBuffer<float>, Replicas> gradients_;
   std::vector<cuda::DeviceBuffer<float>> reduced_;  // the reduced gradient: the arena, or each replica's chunk
 #if STRATA_CUDA_NCCL
-  std::vector<comm::NcclCommunicator> comms_;  // across GPUs
+  std::vector<comm::NcclCommunicator> comms_;   // across GPUs
+  std::vector<comm::NcclCommunicator> across_;  // across processes, one per local replica
 #endif
+};
+
+// MultiWorkerMirrored on Cuda: strata/multi_worker_cuda.hpp defines it (it needs MPI).
+template <int LocalN>
+class MultiWorkerDeviceSync;
+template <class Strategy>
+inline constexpr bool multi_worker_cuda_linked = false;
+
+template <int LocalN, class Bucket>
+struct GradientSync<policy::MultiWorkerMirrored<LocalN>, policy::Cuda, Bucket> {
+  static_assert(multi_worker_cuda_linked<policy::MultiWorkerMirrored<LocalN>>,
+                "strata::MultiWorkerMirrored on strata::Cuda needs #include <strata/multi_worker_cuda.hpp> and the "
+                "strata::mpi and strata::cuda CMake targets (docs/multi_worker.md)");
+  static_assert(Bucket::bytes == policy::default_bucket_bytes,
+                "strata::BucketBytes<B> has no effect on strata::Cuda yet: gradients cross GPUs and processes in one "
+                "NCCL call per step, not in buckets; drop BucketBytes<B>");
+  using type = MultiWorkerDeviceSync<LocalN>;
 };
 
 template <InProcessStrategy Strategy, class Bucket>
