@@ -38,7 +38,7 @@ class EpochStream {
               std::vector<std::int64_t> const* local_sizes = nullptr, int worker = 0, int local_batch = 0,
               data::Batch empty = {})
       : stream_(std::move(stream)), at_(first), batches_(batches), sizes_(local_sizes), worker_(worker),
-        local_batch_(local_batch), empty_(empty) {}
+        local_batch_(local_batch), empty_{empty, empty} {}
 
   [[nodiscard]] std::int64_t batches() const { return batches_; }
 
@@ -50,8 +50,9 @@ class EpochStream {
     } else {
       // Past the end of its own data, a worker takes part with an empty batch.
       data::Batch const* mine = part_size(worker_, at_) > 0 ? stream_->next() : nullptr;
-      empty_.index = at_;
-      out = {mine ? mine : &empty_, part(at_)};
+      data::Batch& empty = empty_[std::size_t(at_ % 2)];  // one per held slot: each keeps its index
+      empty.index = at_;
+      out = {mine ? mine : &empty, part(at_)};
     }
     ++at_;
     return out.batch ? &out : nullptr;
@@ -78,7 +79,7 @@ class EpochStream {
   std::vector<std::int64_t> const* sizes_;
   int worker_;
   int local_batch_;
-  data::Batch empty_;
+  std::array<data::Batch, 2> empty_;
   std::array<StepBatch, 2> held_{};
 };
 
