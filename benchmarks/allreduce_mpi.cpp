@@ -2,6 +2,8 @@
 //   MPI_Allreduce              the raw call: the reference
 //   MpiCommunicator            strata's, with call verification (the default)
 //   MpiCommunicator/unverified strata's, verify = false
+//   ProcessCommunicator        strata's between the processes of a machine: shared memory
+//                              (ShmCommunicator), with 256 KiB and 1 MiB staging per rank
 // Run under mpirun (scripts/allreduce-bench does): every rank runs the same benchmarks
 // with the same fixed iteration counts; rank 0 reports.
 //
@@ -12,6 +14,7 @@
 
 #include "allreduce_common.hpp"
 #include "strata/comm/mpi_communicator.hpp"
+#include "strata/comm/process_communicator.hpp"
 #include "strata/core/aligned_buffer.hpp"
 
 namespace {
@@ -47,12 +50,19 @@ void raw(benchmark::State& state) {
 }
 // Made after MPI_Init and freed before MPI_Finalize, in main.
 std::unique_ptr<comm::MpiCommunicator> checked, unchecked;
+std::unique_ptr<comm::ProcessCommunicator> shared_256k, shared_1m;
 
 void verified(benchmark::State& state) {
   measure(state, [](std::span<float> d) { checked->all_reduce(d, comm::ReduceOp::sum); });
 }
 void unverified(benchmark::State& state) {
   measure(state, [](std::span<float> d) { unchecked->all_reduce(d, comm::ReduceOp::sum); });
+}
+void shared_memory_256k(benchmark::State& state) {
+  measure(state, [](std::span<float> d) { shared_256k->all_reduce(d, comm::ReduceOp::sum); });
+}
+void shared_memory_1m(benchmark::State& state) {
+  measure(state, [](std::span<float> d) { shared_1m->all_reduce(d, comm::ReduceOp::sum); });
 }
 
 // Ranks other than 0 run every benchmark but print nothing.
@@ -70,6 +80,10 @@ int main(int argc, char** argv) {
   bench::register_sizes("MPI_Allreduce", raw);
   bench::register_sizes("MpiCommunicator", verified);
   bench::register_sizes("MpiCommunicator/unverified", unverified);
+  shared_256k = std::make_unique<comm::ProcessCommunicator>(MPI_COMM_WORLD, comm::ProcessOptions{.staging_bytes = 256 << 10});
+  shared_1m = std::make_unique<comm::ProcessCommunicator>(MPI_COMM_WORLD, comm::ProcessOptions{.staging_bytes = 1 << 20});
+  bench::register_sizes("ProcessCommunicator/256KiB", shared_memory_256k);
+  bench::register_sizes("ProcessCommunicator/1MiB", shared_memory_1m);
   benchmark::Initialize(&argc, argv);
   if (world_rank() == 0) {
     benchmark::RunSpecifiedBenchmarks();
@@ -80,4 +94,6 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   checked.reset();
   unchecked.reset();
+  shared_256k.reset();
+  shared_1m.reset();
 }

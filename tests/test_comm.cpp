@@ -2,6 +2,7 @@
 // threads) against a serial reference that sums in rank order, for awkward sizes and 1..8
 // ranks, in float, bf16 and fp16; and the errors that replace hangs.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "comm_reference.hpp"
 #include "strata/comm/hierarchical.hpp"
+#include "strata/comm/shm_communicator.hpp"
 #include "strata/comm/thread_communicator.hpp"
 #include "strata/comm/thread_group.hpp"
 
@@ -172,4 +174,113 @@ TEST_CASE_TEMPLATE("Hierarchical over threads: processes x local replicas match 
     };
     group.run(task);
   }
+}
+
+namespace {
+std::string segment_name(char const* what) { return "/strata-test-" + std::to_string(::getpid()) + "-" + what; }
+
+// Threads stand in for processes: each rank maps the segment on its own, so the ranks share
+// nothing but the segment (its addresses differ from rank to rank).
+template <class Task>
+void on_shm_ranks(int n, ShmOptions options, std::string const& name, Task task) {
+  ThreadGroup group(n);
+  auto each = [&](int rank) {
+    ShmCommunicator comm =
+        rank == 0 ? ShmCommunicator::create(name, n, options) : ShmCommunicator::open(name, rank, n, options);
+    comm.barrier();  // every rank has it open: the name can go
+    if (rank == 0) comm.unlink();
+    task(comm);
+  };
+  group.run(each);
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("ShmCommunicator: every collective equals the serial reference bit for bit, whole and in pieces", T,
+                   float, bf16, fp16) {
+  for (std::size_t staging : {std::size_t{4096}, ShmOptions{}.staging_bytes}) {
+    for (int n = 1; n <= 4; ++n) {
+      CAPTURE(staging);
+      CAPTURE(n);
+      on_shm_ranks(n, {.staging_bytes = staging}, segment_name("reference"), [&](ShmCommunicator& comm) {
+        CHECK(comm.size() == n);
+        check_collectives<T>(comm, std::span<std::size_t const>(sizes), std::span<ReduceOp const>(ops));
+      });
+    }
+  }
+}
+
+TEST_CASE("ShmCommunicator: its two halves under Hierarchical match the reference within rounding") {
+  // Two "machines" of two ranks in shared memory each, joined by threads.
+  std::vector<std::unique_ptr<Rendezvous>> across;
+  for (int l = 0; l < 2; ++l) across.push_back(std::make_unique<Rendezvous>(2));
+  ThreadGroup group(4);
+  auto each = [&](int t) {
+    int const machine = t / 2, place = t % 2;
+    std::string const name = segment_name(machine == 0 ? "machine0" : "machine1");
+    ShmCommunicator local = place == 0 ? ShmCommunicator::create(name, 2, {.staging_bytes = 4096})
+                                       : ShmCommunicator::open(name, 1, 2, {.staging_bytes = 4096});
+    ThreadCommunicator global(*across[std::size_t(place)], machine);
+    Hierarchical<ShmCommunicator, ThreadCommunicator> comm(local, global);
+    CHECK(comm.rank() == t);
+    check_collectives<float>(comm, std::span<std::size_t const>(sizes), std::span<ReduceOp const>(ops),
+                             strata::test::Tolerance{2e-6f});
+  };
+  group.run(each);
+}
+
+TEST_CASE("ShmCommunicator: mismatched calls end in a CommError on every rank, and the group goes on") {
+  on_shm_ranks(3, {}, segment_name("mismatch"), [](ShmCommunicator& comm) {
+    int const rank = comm.rank();
+    std::vector<float> mine(std::size_t(10 + rank));
+    CHECK_THROWS_WITH_AS(comm.all_reduce(std::span<float>(mine), ReduceOp::sum),
+                         doctest::Contains("ShmCommunicator: ranks called different collectives or sizes (rank 0: "
+                                           "all_reduce(sum) of 10 float; rank 1: all_reduce(sum) of 11 float; rank 2: "
+                                           "all_reduce(sum) of 12 float)"),
+                         CommError);
+    std::vector<float> in(10), out(3);
+    CHECK_THROWS_WITH_AS(comm.reduce_scatter(std::span<float const>(in), std::span<float>(out), ReduceOp::sum),
+                         doctest::Contains("reduce_scatter over 3 ranks into 3 needs 9"), CommError);
+    std::vector<float> data(4, float(rank));
+    CHECK_THROWS_WITH_AS(comm.broadcast(std::span<float>(data), 3), doctest::Contains("root 3 is not a rank (0..2)"),
+                         CommError);
+    float x = float(rank);
+    comm.all_reduce(std::span<float>(&x, 1), ReduceOp::sum);
+    CHECK(x == 3.0f);
+  });
+}
+
+TEST_CASE("ShmCommunicator: a rank that never arrives ends in a CommError naming it, not a hang") {
+  on_shm_ranks(2, {.timeout = std::chrono::milliseconds(300)}, segment_name("stall"), [](ShmCommunicator& comm) {
+    std::vector<float> data(100);
+    if (comm.rank() == 0) {
+      auto const start = std::chrono::steady_clock::now();
+      CHECK_THROWS_WITH_AS(comm.all_reduce(std::span<float>(data), ReduceOp::sum),
+                           doctest::Contains("ShmCommunicator: all_reduce(sum) of 100 float on rank 0 of 2 timed out "
+                                             "after 0.3 s; arrived: 0 (all_reduce(sum) of 100 float); never arrived: 1"),
+                           CommError);
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));  // arrives after the abort
+      CHECK_THROWS_WITH_AS(comm.all_reduce(std::span<float>(data), ReduceOp::sum),
+                           doctest::Contains("the communicator was aborted"), GroupAborted);
+    }
+  });
+}
+
+TEST_CASE("ShmCommunicator: bad options and segments are refused with the value and the fix") {
+  CHECK_THROWS_WITH_AS(ShmCommunicator::create(segment_name("small"), 2, {.staging_bytes = 100}),
+                       doctest::Contains("staging_bytes 100 is too small for 2 ranks; give at least 256"), ConfigError);
+  CHECK_THROWS_WITH_AS(ShmCommunicator::open(segment_name("rank"), 2, 2), doctest::Contains("rank 2 of 2 is not a rank"),
+                       ConfigError);
+  // More than /dev/shm holds: refused when the pages are reserved, not a SIGBUS later.
+  CHECK_THROWS_WITH_AS(ShmCommunicator::create(segment_name("huge"), 1, {.staging_bytes = std::size_t{1} << 44}),
+                       doctest::Contains("/dev/shm is too small"), CommError);
+  std::string const name = segment_name("twice");
+  ShmCommunicator first = ShmCommunicator::create(name, 2);
+  CHECK_THROWS_WITH_AS(ShmCommunicator::create(name, 2), doctest::Contains("could not create shared-memory segment"),
+                       CommError);
+  CHECK_THROWS_WITH_AS(ShmCommunicator::open(name, 1, 3), doctest::Contains("every rank must give the same size"),
+                       CommError);
+  CHECK_THROWS_WITH_AS(ShmCommunicator::open(segment_name("absent"), 1, 2, {.timeout = std::chrono::milliseconds(50)}),
+                       doctest::Contains("did not appear before the timeout"), CommError);
 }

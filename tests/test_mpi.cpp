@@ -1,9 +1,12 @@
-// MpiCommunicator and Hierarchical<ThreadCommunicator, MpiCommunicator>, run under mpirun
-// with 2 and 3 processes (CTest mpi.np2, mpi.np3). Every process runs the same test cases
-// in the same order; the exit code is the worst over all processes.
+// MpiCommunicator, Hierarchical<ThreadCommunicator, MpiCommunicator> and ProcessCommunicator
+// (shared memory between the processes of a machine), run under mpirun with 2 and 3
+// processes (CTest mpi.np2, mpi.np3; mpi.np4 runs the ProcessCommunicator cases, which
+// split 4 processes into 2 "machines"). Every process runs the same test cases in the same
+// order; the exit code is the worst over all processes.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -12,6 +15,7 @@
 #include "mpi_world.hpp"
 #include "strata/comm/hierarchical.hpp"
 #include "strata/comm/mpi_communicator.hpp"
+#include "strata/comm/process_communicator.hpp"
 #include "strata/comm/thread_group.hpp"
 
 using namespace strata;
@@ -104,6 +108,63 @@ TEST_CASE_TEMPLATE("Hierarchical: 2 replica threads per process over MPI match t
                          Tolerance{relative});
   };
   group.run(task);
+}
+
+TEST_CASE_TEMPLATE("ProcessCommunicator: one machine meets in shared memory, bit for bit the rank-order reference", T,
+                   float, bf16, fp16) {
+  for (std::size_t staging : {std::size_t{4096}, ProcessOptions{}.staging_bytes}) {
+    CAPTURE(staging);
+    ProcessCommunicator comm(MPI_COMM_WORLD, {.staging_bytes = staging});
+    CHECK(comm.transport() == Transport::shared_memory);
+    CHECK(comm.rank() == world_rank());
+    CHECK(comm.size() == world_size());
+    check_collectives<T>(comm, std::span<std::size_t const>(sizes), std::span<ReduceOp const>(ops));
+  }
+}
+
+TEST_CASE("ProcessCommunicator: machines of two processes join over MPI; uneven ones fall back to MPI") {
+  // Consecutive pairs of ranks stand in for machines.
+  MPI_Comm machine = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), &machine);
+  {
+    ProcessCommunicator comm(MPI_COMM_WORLD, machine, {.staging_bytes = 4096});
+    bool const even = world_size() % 2 == 0;
+    CHECK(comm.transport() == (even && world_size() > 2 ? Transport::shared_memory_and_mpi
+                               : even                   ? Transport::shared_memory
+                                                        : Transport::mpi));
+    CHECK(comm.rank() == world_rank());
+    check_collectives<float>(comm, std::span<std::size_t const>(sizes), std::span<ReduceOp const>(ops),
+                             mpi_tolerance<float>(world_size() + 1));  // summed in a tree across machines
+  }
+  MPI_Comm_free(&machine);
+}
+
+TEST_CASE("ProcessCommunicator: STRATA_SHM_DISABLE=1 in any process, or shared_memory = false, means MPI") {
+  if (world_rank() == world_size() - 1) ::setenv("STRATA_SHM_DISABLE", "1", 1);
+  ProcessCommunicator disabled;
+  ::unsetenv("STRATA_SHM_DISABLE");
+  CHECK(disabled.transport() == Transport::mpi);
+  ProcessCommunicator off(MPI_COMM_WORLD, {.shared_memory = false});
+  CHECK(off.transport() == Transport::mpi);
+  float x = float(world_rank());
+  off.all_reduce(std::span<float>(&x, 1), ReduceOp::sum);
+  CHECK(x == float(world_size() * (world_size() - 1) / 2));
+}
+
+TEST_CASE("ProcessCommunicator: a process that never arrives is named after the timeout, not a hang") {
+  ProcessCommunicator comm(MPI_COMM_WORLD, {.timeout = 300ms});
+  if (comm.rank() == 0) {
+    std::vector<float> data(100);
+    std::string const expected =
+        "ShmCommunicator: all_reduce(sum) of 100 float on rank 0 of " + std::to_string(world_size()) + " timed out";
+    CHECK_THROWS_WITH_AS(comm.all_reduce(std::span<float>(data), ReduceOp::sum), doctest::Contains(expected.c_str()),
+                         CommError);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<float> late(100);
+  if (comm.rank() != 0)
+    CHECK_THROWS_WITH_AS(comm.all_reduce(std::span<float>(late), ReduceOp::sum),
+                         doctest::Contains("the communicator was aborted"), CommError);
 }
 
 int main(int argc, char** argv) {

@@ -37,6 +37,44 @@ inline Slice owned_slice(std::size_t size, int parts, int part) {
   return {begin, std::min(size, begin + chunk)};
 }
 
+// Reduces elements [slice) of every rank's input (ins[0..ranks)), in rank order, chunk by chunk
+// while it is in L1, and writes them to outs[0..outs_count) at offset slice.begin - shift.
+// An output may be an input (in place): each chunk is read before it is written.
+template <class T>
+void reduce_slice(T const* const* ins, int ranks, Slice slice, std::size_t shift, ReduceOp op, T* const* outs,
+                  int outs_count) {
+  constexpr std::size_t chunk = 1024;  // 4 KiB of fp32: reduced in L1, then written out
+  float const scale = op == ReduceOp::mean ? 1.0f / float(ranks) : 1.0f;
+  if (ranks == 1 && outs_count == 1 && outs[0] - shift == ins[0]) return;  // one rank, in place: nothing changes
+  if constexpr (std::is_same_v<T, float>) {
+    if (ranks == 2 && outs_count == 2 && (op == ReduceOp::sum || op == ReduceOp::mean)) {
+      // Two ranks: one pass that reads both inputs and writes both outputs, the least
+      // memory traffic there is. Same arithmetic as reduce_range: (a + b) * scale.
+      T const* a = ins[0];
+      T const* b = ins[1];
+      T* x = outs[0] - shift;
+      T* y = outs[1] - shift;
+#if defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#else
+#pragma GCC ivdep
+#endif
+      for (std::size_t i = slice.begin; i < slice.end; ++i) x[i] = y[i] = (a[i] + b[i]) * scale;
+      return;
+    }
+  }
+  alignas(64) float reduced[chunk];
+  for (std::size_t begin = slice.begin; begin < slice.end; begin += chunk) {
+    std::size_t const end = std::min(slice.end, begin + chunk);
+    reduce_range(ins, ranks, begin, end, op, scale, reduced);
+    for (int r = 0; r < outs_count; ++r) {
+      T* __restrict dst = outs[r] + (begin - shift);
+      if constexpr (std::is_same_v<T, float>) std::memcpy(dst, reduced, (end - begin) * sizeof(float));
+      else for (std::size_t i = 0; i < end - begin; ++i) dst[i] = T(reduced[i]);
+    }
+  }
+}
+
 class ThreadCommunicator {
  public:
   ThreadCommunicator(Rendezvous& world, int rank) : world_(&world), rank_(rank) {
@@ -57,7 +95,7 @@ class ThreadCommunicator {
     collective<T>(describe_call<T>(Collective::all_reduce, in.size(), out.size(), op), in.data(), out.data(),
                   [&](T const* const* ins, T* const* outs) {
                     Slice const mine = owned_slice(in.size(), size(), rank_);
-                    reduce_slice(ins, mine, 0, op, outs, size());
+                    reduce_slice(ins, size(), mine, 0, op, outs, size());
                   });
   }
 
@@ -67,7 +105,7 @@ class ThreadCommunicator {
     collective<T>(describe_call<T>(Collective::reduce_scatter, in.size(), out.size(), op), in.data(), out.data(),
                   [&](T const* const* ins, T* const*) {
                     T* mine[1] = {out.data()};
-                    reduce_slice(ins, {rank_ * out.size(), (rank_ + 1) * out.size()}, rank_ * out.size(), op, mine, 1);
+                    reduce_slice(ins, size(), {rank_ * out.size(), (rank_ + 1) * out.size()}, rank_ * out.size(), op, mine, 1);
                   });
   }
 
@@ -97,7 +135,7 @@ class ThreadCommunicator {
     collective<T>(describe_call<T>(Collective::reduce_owned, in.size(), out.size(), op), in.data(), out.data(),
                   [&](T const* const* ins, T* const*) {
                     T* mine[1] = {out.data()};
-                    reduce_slice(ins, owned_slice(in.size(), size(), rank_), 0, op, mine, 1);
+                    reduce_slice(ins, size(), owned_slice(in.size(), size(), rank_), 0, op, mine, 1);
                   });
   }
   template <Reducible T>
@@ -116,51 +154,13 @@ class ThreadCommunicator {
   }
 
  private:
-  static constexpr std::size_t chunk = 1024;  // 4 KiB of fp32: reduced in L1, then written out
-
   template <class T>
   static void copy(T const* from, std::size_t n, T* to) {
     if (n && from != to) std::memcpy(to, from, n * sizeof(T));
   }
 
-  // Reduces elements [slice) of every input; writes them to outs[0..outs_count) at offset
-  // slice.begin - shift.
-  template <class T>
-  void reduce_slice(T const* const* ins, Slice slice, std::size_t shift, ReduceOp op, T* const* outs,
-                    int outs_count) const {
-    float const scale = op == ReduceOp::mean ? 1.0f / float(size()) : 1.0f;
-    if constexpr (std::is_same_v<T, float>) {
-      if (size() == 2 && outs_count == 2 && (op == ReduceOp::sum || op == ReduceOp::mean)) {
-        // Two ranks: one pass that reads both inputs and writes both outputs, the least
-        // memory traffic there is. Same arithmetic as reduce_range: (a + b) * scale.
-        T const* a = ins[0];
-        T const* b = ins[1];
-        T* x = outs[0] - shift;
-        T* y = outs[1] - shift;
-#if defined(__clang__)
-#pragma clang loop vectorize(assume_safety)
-#else
-#pragma GCC ivdep
-#endif
-        for (std::size_t i = slice.begin; i < slice.end; ++i) x[i] = y[i] = (a[i] + b[i]) * scale;
-        return;
-      }
-    }
-    alignas(64) float reduced[chunk];
-    for (std::size_t begin = slice.begin; begin < slice.end; begin += chunk) {
-      std::size_t const end = std::min(slice.end, begin + chunk);
-      reduce_range(ins, size(), begin, end, op, scale, reduced);
-      for (int r = 0; r < outs_count; ++r) {
-        T* __restrict dst = outs[r] + (begin - shift);
-        if constexpr (std::is_same_v<T, float>) std::memcpy(dst, reduced, (end - begin) * sizeof(float));
-        else for (std::size_t i = 0; i < end - begin; ++i) dst[i] = T(reduced[i]);
-      }
-    }
-  }
-
-  // Publish, meet, check that every rank called the same thing, run body(inputs, outputs),
-  // meet again. A mismatch throws on every rank after a second meeting, so that nobody
-  // publishes the next call while a peer is still reading this one.
+  // Meets the other ranks (Rendezvous::collective) and runs body(inputs, outputs) on every
+  // rank's published buffers.
   template <class T, class Body>
   void collective(CallDescriptor const& call, void const* in, void* out, Body body) {
     int const n = size();
@@ -169,31 +169,25 @@ class ThreadCommunicator {
       body_single<T>(call, in, out, body);
       return;
     }
-    world_->publish(rank_, {call, in, out});
-    world_->arrive_and_wait(rank_);
-    std::string const problem = consistency(call);
-    if (!problem.empty()) {
-      world_->arrive_and_wait(rank_);
-      throw CommError(problem);
-    }
-    T const* ins[max_stack_ranks];
-    T* outs[max_stack_ranks];
-    std::vector<T const*> ins_heap;
-    std::vector<T*> outs_heap;
-    T const** ip = ins;
-    T** op = outs;
-    if (n > max_stack_ranks) {
-      ins_heap.resize(std::size_t(n));
-      outs_heap.resize(std::size_t(n));
-      ip = ins_heap.data();
-      op = outs_heap.data();
-    }
-    for (int r = 0; r < n; ++r) {
-      ip[r] = static_cast<T const*>(world_->entry(r).input);
-      op[r] = static_cast<T*>(world_->entry(r).output);
-    }
-    body(ip, op);
-    world_->arrive_and_wait(rank_);
+    world_->collective(rank_, {call, in, out}, "ThreadCommunicator", [&] {
+      T const* ins[max_stack_ranks];
+      T* outs[max_stack_ranks];
+      std::vector<T const*> ins_heap;
+      std::vector<T*> outs_heap;
+      T const** ip = ins;
+      T** op = outs;
+      if (n > max_stack_ranks) {
+        ins_heap.resize(std::size_t(n));
+        outs_heap.resize(std::size_t(n));
+        ip = ins_heap.data();
+        op = outs_heap.data();
+      }
+      for (int r = 0; r < n; ++r) {
+        ip[r] = static_cast<T const*>(world_->entry(r).input);
+        op[r] = static_cast<T*>(world_->entry(r).output);
+      }
+      body(ip, op);
+    });
   }
 
   template <class T, class Body>
@@ -206,21 +200,6 @@ class ThreadCommunicator {
 
   std::string error_prefix(CallDescriptor const& call) const {
     return strata::detail::message("ThreadCommunicator: ", call.describe(), " on rank ", rank_, " of ", size(), ": ");
-  }
-
-  // The same verdict on every rank: they all read the same table.
-  std::string consistency(CallDescriptor const& call) const {
-    int const n = size();
-    bool same = true;
-    for (int r = 0; r < n; ++r) {
-      CallDescriptor const& other = world_->entry(r).call;
-      same = same && other.same_call(call) && other.input == call.input && other.output == call.output;
-    }
-    std::string problem = malformed(world_->entry(0).call, n);
-    if (same && problem.empty()) return {};
-    if (!same)
-      return "ThreadCommunicator: " + detail::mismatch_report(n, [&](int r) { return world_->entry(r).call; });
-    return "ThreadCommunicator: " + world_->entry(0).call.describe() + ": " + problem;
   }
 
   static constexpr int max_stack_ranks = 64;
