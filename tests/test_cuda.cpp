@@ -303,14 +303,6 @@ TEST_CASE("gpu: every element-wise function, loss and metric against the CPU bac
 namespace {
 using GpuModel = Sequential<Dense<20, 32>, Relu, Dense<32, 24>, Tanh, Dense<24, 16>, Gelu, Dropout, Dense<16, 5>>;
 
-data::Dataset synthetic(int samples, std::uint64_t seed) {
-  Rng rng(seed);
-  Matrix x = random_matrix(rng, 20, samples);
-  std::vector<std::int32_t> labels;
-  for (int j = 0; j < samples; ++j) labels.push_back(std::int32_t(rng() % 5));
-  return {std::move(x), labels};
-}
-
 // Trains a copy of `model` for `steps` batches under Trainer<Ps...>; returns its weights.
 template <class... Ps, class Opt>
 std::vector<float> train_copy(GpuModel model, Opt const& optimizer, int epochs, float clip = 0.0f) {

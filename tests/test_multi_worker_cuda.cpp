@@ -21,14 +21,6 @@ using namespace strata;
 namespace {
 using Model = Sequential<Dense<20, 32>, Relu, Dropout, Dense<32, 5>>;
 
-data::Dataset synthetic(int samples) {
-  Rng rng(11);
-  Matrix x = random_matrix(rng, 20, samples);
-  std::vector<std::int32_t> labels;
-  for (int j = 0; j < samples; ++j) labels.push_back(std::int32_t(rng() % 5));
-  return {std::move(x), labels};
-}
-
 template <class... Ps>
 std::vector<float> train(std::uint64_t seed) {
   Model model(seed);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <exception>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -97,30 +98,63 @@ class BasicStrategy {
   // process's replicas (shards know their place in the step's global batch). Every worker
   // iterates as many steps per epoch as the one with the most data needs, the others with
   // empty batches. Collective: every process calls it; if any worker's `make` throws or
-  // returns no data, every worker throws.
+  // returns no data, every worker throws that worker's error.
   template <class Make>
   [[nodiscard]] WorkerDistributedDataset distribute_datasets_from_function(Make&& make, int global_batch_size) {
+    return {worker_input("distribute_datasets_from_function", make, [](data::Dataset const&) {}, global_batch_size,
+                         false, 0, 1),
+            num_replicas_in_sync(), num_replicas, first_replica()};
+  }
+
+  // This worker's input when every worker reads its own data (distribute_datasets_from_function,
+  // Trainer::fit with PerWorker): make(InputContext) gives the Dataset, check(dataset) vets it
+  // (throwing), and the workers learn each other's sizes. Collective; a failure on any worker
+  // is every worker's (agree).
+  template <class Make, class Check>
+  [[nodiscard]] WorkerInput worker_input(char const* who, Make& make, Check&& check, int global_batch_size,
+                                         bool shuffle, std::uint64_t seed, int prefetch) {
     InputContext const context{processes_.processes(), processes_.process(), num_replicas_in_sync()};
     int const local_batch = context.per_worker_batch_size(global_batch_size);
-    data::Dataset mine;
-    std::exception_ptr failure;
-    try {
-      mine = make(context);
-    } catch (...) {
-      failure = std::current_exception();
-    }
+    data::Dataset local;
+    agree([&] {
+      local = make(context);
+      if (local.empty())
+        throw DataError(strata::detail::message(who, ": the input function gave worker ", context.input_pipeline_id,
+                                                " an empty dataset; every worker needs at least one sample"));
+      check(local);
+      return false;
+    });
     std::vector<std::int64_t> sizes(std::size_t(processes_.processes()));
-    std::int64_t const size = failure ? -1 : std::int64_t(mine.size());
-    processes_.all_gather(std::as_bytes(std::span<std::int64_t const>(&size, 1)),
+    std::int64_t const mine = std::int64_t(local.size());
+    processes_.all_gather(std::as_bytes(std::span<std::int64_t const>(&mine, 1)),
                           std::as_writable_bytes(std::span<std::int64_t>(sizes)));
-    if (failure) std::rethrow_exception(failure);
-    for (std::size_t p = 0; p < sizes.size(); ++p)
-      if (sizes[p] <= 0)
-        throw DataError(strata::detail::message("distribute_datasets_from_function: the input function of worker ", p,
-                                                sizes[p] < 0 ? " failed" : " returned an empty dataset",
-                                                "; every worker needs at least one sample"));
-    return {WorkerInput(mine, std::move(sizes), context.input_pipeline_id, local_batch, false, 0, 1),
-            num_replicas_in_sync(), num_replicas, first_replica()};
+    return WorkerInput(local, std::move(sizes), context.input_pipeline_id, local_batch, shuffle, seed, prefetch);
+  }
+
+  // Runs `hook` (returns whether to stop) on every process, which then agree on the outcome:
+  // when one throws, every one throws that error (the lowest failing process's: the chief's,
+  // when it fails to write), and when one asks to stop, all stop. Collective.
+  template <class Hook>
+  bool agree(Hook&& hook) {
+    if (processes_.processes() == 1) return hook();
+    bool stop = false;
+    std::exception_ptr failure;
+    std::string text;
+    try {
+      stop = hook();
+    } catch (std::exception const& e) {
+      failure = std::current_exception();
+      text = std::to_string(int(strata::detail::kind_of(e))) + ":" + e.what();
+    }
+    int outcome[2] = {failure ? processes_.process() : processes_.processes(), stop ? 0 : 1};
+    processes_.min(std::span<int>(outcome));
+    if (outcome[0] < processes_.processes()) {
+      processes_.broadcast(text, outcome[0]);
+      if (failure) std::rethrow_exception(failure);  // a process that failed throws its own
+      std::size_t const colon = text.find(':');
+      strata::detail::throw_error(strata::detail::ErrorKind(std::stoi(text.substr(0, colon))), text.substr(colon + 1));
+    }
+    return outcome[1] == 0;
   }
 
   // Runs fn(context_type&, Shard const&) on every replica with its shard of `batch`.

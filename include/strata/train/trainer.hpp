@@ -87,24 +87,9 @@ class BasicTrainer {
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, strategy::PerWorker<Make> const& input,
               FitOptions const& options, Cs&&... callbacks) {
     check_options(options);
-    auto& processes = strategy_.processes();
-    strategy::InputContext const context{processes.processes(), processes.process(), num_replicas_in_sync()};
-    int const local_batch = context.per_worker_batch_size(options.batch_size);
-    data::Dataset local;
-    agree([&] {  // a worker whose input fails makes every worker fail, with its error
-      local = input.make(context);
-      if (local.empty())
-        throw DataError(strata::detail::message("fit: the input function gave worker ", context.input_pipeline_id,
-                                                " an empty dataset; every worker needs at least one sample"));
-      check_data<Model>(loss, local, "fit: this worker's dataset");
-      return false;
-    });
-    std::vector<std::int64_t> sizes(std::size_t(processes.processes()));
-    std::int64_t const mine = std::int64_t(local.size());
-    processes.all_gather(std::as_bytes(std::span<std::int64_t const>(&mine, 1)),
-                         std::as_writable_bytes(std::span<std::int64_t>(sizes)));
-    strategy::WorkerInput const worker_input(local, std::move(sizes), context.input_pipeline_id, local_batch, options.shuffle,
-                                   options.seed, options.prefetch);
+    auto const worker_input = strategy_.worker_input(
+        "fit", input.make, [&](data::Dataset const& local) { check_data<Model>(loss, local, "fit: this worker's dataset"); },
+        options.batch_size, options.shuffle, options.seed, options.prefetch);
     return fit_from(model, optimizer, loss, worker_input, options, std::forward<Cs>(callbacks)...);
   }
 
@@ -228,31 +213,10 @@ class BasicTrainer {
     loss.validate(data.targets(), Model::output_width);
   }
 
-  // Runs `hook` (returns whether to stop). Across processes every process agrees on the
-  // outcome: when one throws, every one throws that error (the lowest failing process's:
-  // the chief's, when it fails to write), and when one asks to stop, all stop.
+  // Runs `hook` on every process and agrees on its outcome (BasicStrategy::agree).
   template <class Hook>
   bool agree(Hook&& hook) {
-    auto& processes = strategy_.processes();
-    if (processes.processes() == 1) return hook();
-    bool stop = false;
-    std::exception_ptr failure;
-    std::string text;
-    try {
-      stop = hook();
-    } catch (std::exception const& e) {
-      failure = std::current_exception();
-      text = std::to_string(int(strata::detail::kind_of(e))) + ":" + e.what();
-    }
-    int outcome[2] = {failure ? processes.process() : processes.processes(), stop ? 0 : 1};
-    processes.min(std::span<int>(outcome));
-    if (outcome[0] < processes.processes()) {
-      processes.broadcast(text, outcome[0]);
-      if (failure) std::rethrow_exception(failure);  // a process that failed throws its own
-      std::size_t const colon = text.find(':');
-      strata::detail::throw_error(strata::detail::ErrorKind(std::stoi(text.substr(0, colon))), text.substr(colon + 1));
-    }
-    return outcome[1] == 0;
+    return strategy_.agree(std::forward<Hook>(hook));
   }
 
   // Every process must continue from where the chief does (the chief's weights and state
