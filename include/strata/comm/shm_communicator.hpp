@@ -200,6 +200,7 @@ class ShmCommunicator {
   }
 
   // in: size() blocks of out.size() elements; rank r receives op over ranks of block r.
+  // Each rank stages the blocks others receive and reads its own from `in`.
   template <Reducible T>
   void reduce_scatter(std::span<T const> in, std::span<T> out, ReduceOp op) {
     auto const call = describe_call<T>(Collective::reduce_scatter, in.size(), out.size(), op);
@@ -207,11 +208,12 @@ class ShmCommunicator {
     std::size_t const n = std::size_t(size()), block = out.size();
     in_pieces(block, staging_ / (n * sizeof(T)), [&](std::size_t at, std::size_t m) {
       if (ok)
-        for (std::size_t b = 0; b < n; ++b) copy(in.data() + b * block + at, m, staging<T>(rank_) + b * m);
+        for (std::size_t b = 0; b < n; ++b)
+          if (b != std::size_t(rank_)) copy(in.data() + b * block + at, m, staging<T>(rank_) + b * m);
       meet(call, [&] {
-        std::size_t const mine = std::size_t(rank_) * m;
-        T* const to[1] = {out.data() + at};
-        reduce_slice(inputs<T>(), size(), {mine, mine + m}, mine, op, to, 1);
+        std::size_t const mine = std::size_t(rank_);
+        auto const [ins, outs] = pointers<T>(mine * m, in.data() + mine * block + at, out.data() + at);
+        reduce_slice(ins, size(), {0, m}, 0, op, outs + rank_, 1);
       });
     });
   }
@@ -355,10 +357,6 @@ class ShmCommunicator {
   T* staging(int r) const {
     return std::get<std::vector<T*>>(views_)[std::size_t(r)];
   }
-  template <class T>
-  T* const* staging_of() const {
-    return std::get<std::vector<T*>>(views_).data();
-  }
   // The inputs and outputs of the slice this rank reduces: its own `in` and `out` there,
   // and every other rank's staging area from `offset`.
   template <class T>
@@ -372,10 +370,6 @@ class ShmCommunicator {
       outs[std::size_t(r)] = r == rank_ ? out : staging<T>(r) + offset;
     }
     return {ins.data(), outs.data()};
-  }
-  template <class T>
-  T const* const* inputs() const {
-    return staging_of<T>();
   }
 
   template <class T>

@@ -134,12 +134,12 @@ class BasicTrainer {
                            Config::accumulation_steps,
                            strategy_.processes().process(),
                            strategy_.processes().processes()};
-    agree([&] {
+    strategy_.agree([&] {
       hooks.train_begin(begin, state, callbacks...);
       return false;
     });
     io::Progress const start = state.progress;  // a restored run continues exactly here
-    agree([&] {
+    strategy_.agree([&] {
       check_same_start(start);
       return false;
     });
@@ -172,7 +172,7 @@ class BasicTrainer {
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, job_tally);
         if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
-        if (agree([&] { return hooks.batch_end(logs, state, callbacks...); })) {
+        if (strategy_.agree([&] { return hooks.batch_end(logs, state, callbacks...); })) {
           stop = true;
           break;
         }
@@ -189,9 +189,9 @@ class BasicTrainer {
       history.append(epoch_logs);
       record(state, runner, epoch + 1, 0, Tally{});
       state.progress.history = history.to_map();
-      stop |= agree([&] { return hooks.epoch_end(epoch_logs, state, callbacks...); });
+      stop |= strategy_.agree([&] { return hooks.epoch_end(epoch_logs, state, callbacks...); });
     }
-    agree([&] {
+    strategy_.agree([&] {
       hooks.train_end(history, state, callbacks...);
       return false;
     });
@@ -211,12 +211,6 @@ class BasicTrainer {
     if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
     Model::check_input_width(data.feature_width());
     loss.validate(data.targets(), Model::output_width);
-  }
-
-  // Runs `hook` on every process and agrees on its outcome (BasicStrategy::agree).
-  template <class Hook>
-  bool agree(Hook&& hook) {
-    return strategy_.agree(std::forward<Hook>(hook));
   }
 
   // Every process must continue from where the chief does (the chief's weights and state
