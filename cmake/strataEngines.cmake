@@ -1,8 +1,8 @@
 # The optional engines as interface targets: strata::mpi (Open MPI), strata::nccl (CUDA
-# runtime + NCCL), strata::cuda (the Cuda device backend: CUDA runtime, cuBLAS, NVRTC) and
-# strata::blas (Eigen's products through OpenBLAS). strata's own build
-# and the installed package config both include this file, so the two define them the same
-# way. A dependency that is not found leaves its target undefined; the headers that need it
+# runtime + NCCL), strata::cuda (the Cuda device backend: CUDA runtime, cuBLAS, NVRTC),
+# strata::blas (Eigen's products through OpenBLAS) and strata::text (utf8proc, for the BERT
+# tokenizer). strata's own build and the installed package config both include this file, so
+# the two define them the same way. A dependency that is not found leaves its target undefined; the headers that need it
 # are then simply not usable.
 if(NOT TARGET strata::mpi)
   set(MPI_CXX_SKIP_MPICXX ON)  # the C API only: the C++ bindings are deprecated
@@ -55,5 +55,16 @@ if(NOT TARGET strata::blas)
     add_library(strata::blas INTERFACE IMPORTED)
     set_target_properties(strata::blas PROPERTIES INTERFACE_COMPILE_DEFINITIONS "EIGEN_USE_BLAS;STRATA_OPENBLAS")
     target_link_libraries(strata::blas INTERFACE strata::strata ${STRATA_OPENBLAS_LIBRARY})
+  endif()
+endif()
+# utf8proc (Debian's libutf8proc-dev): the Unicode tables behind strata/data/unicode.hpp and
+# the BERT tokenizer (strata/text.hpp).
+if(NOT TARGET strata::text)
+  find_path(STRATA_UTF8PROC_INCLUDE_DIR utf8proc.h)
+  find_library(STRATA_UTF8PROC_LIBRARY utf8proc)
+  if(STRATA_UTF8PROC_INCLUDE_DIR AND STRATA_UTF8PROC_LIBRARY)
+    add_library(strata::text INTERFACE IMPORTED)
+    target_include_directories(strata::text SYSTEM INTERFACE ${STRATA_UTF8PROC_INCLUDE_DIR})
+    target_link_libraries(strata::text INTERFACE strata::strata ${STRATA_UTF8PROC_LIBRARY})
   endif()
 endif()
