@@ -42,8 +42,12 @@ using Strategy = strategy::BasicStrategy<policy::Config<Policies...>>;
 
 // Models
 using nn::Accuracy;
+using nn::Bert;
+using nn::BertOptions;
+using nn::BertPooler;
 using nn::Dense;
 using nn::Dropout;
+using nn::Embedding;
 using nn::Gelu;
 using nn::GlorotUniform;
 using nn::HeUniform;
@@ -52,6 +56,7 @@ using nn::MeanSquaredError;
 using nn::Relu;
 using nn::Residual;
 using nn::Sequential;
+using nn::SelfAttention;
 using nn::SoftmaxCrossEntropy;
 using nn::Tanh;
 

@@ -296,3 +296,90 @@ TEST_CASE("layers may change a sample's columns (per token in, per sequence out)
   Vector const three = train(Trainer<Mirrored<3>>{});
   CHECK((three - one).norm() / one.norm() < 1e-5);
 }
+
+// ---------------------------------------------------------------- BERT's layers
+
+namespace {
+// A tiny BERT: 2 layers, hidden 8, 2 heads, FFN 12, 23 token ids, 6 positions.
+using TinyBert = Bert<2, 8, 2, 12, 23, 6>;
+using TinyClassifier = Sequential<TinyBert, BertPooler<8, 6>, Dense<8, 3>>;
+
+// Token ids as a model input: one column of MaxLen ids per sample, right-padded with 0.
+Matrix token_ids(std::vector<std::vector<int>> const& samples, int max_length) {
+  Matrix m = Matrix::Zero(max_length, Eigen::Index(samples.size()));
+  for (std::size_t s = 0; s < samples.size(); ++s)
+    for (std::size_t t = 0; t < samples[s].size(); ++t) m(Eigen::Index(t), Eigen::Index(s)) = float(samples[s][t]);
+  return m;
+}
+}  // namespace
+
+TEST_CASE("Bert's backward (embedding, attention with padding and dropout, GELU, LayerNorm, pooler) matches central differences") {
+  TinyClassifier model(21, TinyBert(BertOptions{.hidden_dropout = 0.2f, .attention_dropout = 0.25f}), {}, {});
+  Matrix const x = token_ids({{2, 7, 9, 21, 3, 0}, {2, 5, 3}, {2, 22, 22, 1, 13, 3}, {2, 3}}, 6);
+  nn::ForwardContext const training{.training = true, .seed = 5, .first_sample = 0};
+  check_gradients(model, x, labels({0, 2, 1, 2}), SoftmaxCrossEntropy{}, training, 3e-4, 3e-2);
+  nn::ForwardContext const inference{};
+  TinyClassifier plain(22, TinyBert(BertOptions{.hidden_dropout = 0.0f, .attention_dropout = 0.0f}), {}, {});
+  check_gradients(plain, x, labels({1, 0, 2, 1}), SoftmaxCrossEntropy{}, inference, 3e-4, 3e-2);
+}
+
+TEST_CASE("Bert: padding changes nothing at the real tokens (the same sequence with a shorter MaxLen is the oracle)") {
+  using Long = Sequential<Bert<2, 8, 2, 12, 23, 6>, BertPooler<8, 6>>;
+  using Short = Sequential<Bert<2, 8, 2, 12, 23, 4>, BertPooler<8, 4>>;
+  Long long_model(3);
+  Short short_model(4);
+  // Copy every tensor by name; the short model's position table is the long one's first rows.
+  auto const short_tensors = Short::parameter_tensors();
+  for (auto const& t : Long::parameter_tensors())
+    for (auto const& u : short_tensors)
+      if (u.name == t.name)
+        std::copy_n(long_model.parameters().data() + t.offset, nn::element_count(u.shape),
+                    short_model.parameters().data() + u.offset);
+  Matrix const padded = token_ids({{2, 7, 9, 3, 0, 0}, {2, 11, 3, 0, 0, 0}}, 6);
+  Matrix const exact = token_ids({{2, 7, 9, 3}, {2, 11, 3, 0}}, 4);
+  CHECK((long_model.predict(padded) - short_model.predict(exact)).cwiseAbs().maxCoeff() < 1e-5f);
+  // ...and the padding is really masked: attending to it would change the [CLS] output.
+  Short::Workspace<CpuBackend> ws(2);
+  Matrix const unmasked = token_ids({{2, 7, 9, 3}, {2, 11, 3, 5}}, 4);
+  CHECK((short_model.predict(unmasked).col(1) - short_model.predict(exact).col(1)).cwiseAbs().maxCoeff() > 1e-4f);
+}
+
+TEST_CASE("Embedding: ids reach it exactly under mixed precision; a bad id is a DataError naming it") {
+  using Wide = Sequential<Bert<1, 8, 2, 12, 1000, 4>, BertPooler<8, 4>, Dense<8, 2>>;
+  Wide model(9);
+  Matrix const x = token_ids({{2, 999, 777, 3}, {2, 513, 3}}, 4);
+  Wide::Workspace<CpuBackend> full(2);
+  Wide::Workspace<CpuBackend, bf16> half(2);
+  model.forward(full, model.parameters().data(), view(x), {});
+  Matrix const f32 = detail::eigen(full.output());
+  model.forward(half, model.parameters().data(), view(x), {});
+  Matrix const b16 = detail::eigen(half.output());
+  CHECK((f32 - b16).cwiseAbs().maxCoeff() < 0.05f);  // bf16 rounding, not other rows (777 -> 776 in bf16)
+  Matrix bad = x;
+  bad(2, 1) = 1000.0f;
+  CHECK_THROWS_WITH_AS(model.predict(bad), "Embedding: token id 1000 at position 2 of sample 1 in this batch is not an id in [0, 1000)",
+                       DataError);
+}
+
+TEST_CASE("two dropout layers of one model draw different masks") {
+  Sequential<Dense<4, 256>, Dropout, Dropout> model(1, {}, Dropout{0.5f}, Dropout{0.5f});
+  decltype(model)::Workspace<CpuBackend> ws(4);
+  Matrix const x = random_matrix(4, 4, 2) + Matrix::Constant(4, 4, 3.0f);
+  model.forward(ws, model.parameters().data(), view(x), {.training = true, .seed = 7, .first_sample = 0});
+  auto const out = detail::eigen(ws.output());
+  double const kept = double((out.array() != 0.0f).count()) / double(out.size());
+  CHECK(kept == doctest::Approx(0.25).epsilon(0.2));  // independent masks keep a quarter; one mask twice keeps half
+}
+
+TEST_CASE("SelfAttention and Bert check their configuration and name their parameters") {
+  using Attention = SelfAttention<8, 2>;
+  Rng rng(1);
+  std::vector<float> p(Attention::parameter_count(8));
+  CHECK_THROWS_AS(Attention{1.0f}.initialize(p.data(), 8, rng), ConfigError);
+  auto const names = Attention::parameter_tensors(8);
+  REQUIRE(names.size() == 8);
+  CHECK(names[6].name == "output/kernel");
+  CHECK(names[7].offset == 3 * (64 + 8) + 64);
+  CHECK(TinyBert::name() == "Bert<2, 8, 2, 12, 23, 6>");
+  CHECK(TinyClassifier::columns == std::array<int, 4>{1, 6, 1, 1});
+}

@@ -87,6 +87,15 @@ class Chain {
     ((c[i + 1] = output_columns_of<Layers>(c[i]), ++i), ...);
     return c;
   }();
+  // Columns per sample of layer i's input for `c` coming into the chain. (Not columns[i] * c:
+  // a layer that pools a sequence, such as a pooler's FirstToken, divides.)
+  static constexpr int columns_at(std::size_t layer, int c) {
+    std::array<int, layer_count + 1> a{};
+    a[0] = c;
+    std::size_t i = 0;
+    ((a[i + 1] = output_columns_of<Layers>(a[i]), ++i), ...);
+    return a[layer];
+  }
   // offsets[i]: where layer i's parameters start; each layer's block starts on a cache line.
   static constexpr std::array<std::size_t, layer_count + 1> offsets = [] {
     std::array<std::size_t, layer_count + 1> o{};
@@ -105,7 +114,8 @@ class Chain {
   static constexpr int output_width(int) { return widths.back(); }
   static constexpr std::size_t parameter_count(int) { return offsets.back(); }
   static constexpr std::size_t trainable(int) { return trainable_count; }  // without the padding
-  static constexpr int output_columns(int c) { return c * columns.back(); }
+  static constexpr int output_columns(int c) { return columns_at(layer_count, c); }
+  static constexpr bool takes_ids = nn::takes_ids<First>;
   static constexpr char const* kind = "block";
   static std::string name() { return "Chain<" + layer_names() + ">"; }
   static std::string layer_names() {
@@ -130,9 +140,9 @@ class Chain {
     std::size_t at = 0, i = 0;
     int widest = 0;
     auto add_layer = [&]<class L>() {
-      for (ScratchBuffer b : scratch_of<L>(widths[i], columns[i] * c)) s[at++] = b;
-      if (i + 1 < layer_count) s[at++] = {widths[i + 1], columns[i + 1] * c, ScratchBuffer::Keep::kept};
-      widest = std::max(widest, widths[i] * columns[i] * c);
+      for (ScratchBuffer b : scratch_of<L>(widths[i], columns_at(i, c))) s[at++] = b;
+      if (i + 1 < layer_count) s[at++] = {widths[i + 1], columns_at(i + 1, c), ScratchBuffer::Keep::kept};
+      widest = std::max(widest, widths[i] * columns_at(i, c));
       ++i;
     };
     (add_layer.template operator()<Layers>(), ...);
@@ -158,7 +168,9 @@ class Chain {
       at += scratch_count<L>;
       MatrixView out = y;
       if constexpr (I + 1 < layer_count) out = scratch[at++];
-      layer.template forward<B>(params + offsets[I], in, out, own, context.for_columns(columns[I]));
+      ForwardContext layer_context = context.for_layer(I);
+      layer_context.columns_per_sample = columns_at(I, context.columns_per_sample);
+      layer.template forward<B>(params + offsets[I], in, out, own, layer_context);
       in = out;
     });
   }

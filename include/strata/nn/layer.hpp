@@ -22,6 +22,10 @@ struct ForwardContext {
   std::uint64_t seed = 0;         // differs every step; mixes the run seed and the step number
   std::int64_t first_sample = 0;  // index of the shard's first sample within the global batch
   int columns_per_sample = 1;     // of the layer's input: its first column is first_sample * this
+  // Right-padded sequences (a transformer's input): the tokens of each sample of this call
+  // that attention may attend to, as floats. Set by the model that knows them (Bert); null:
+  // every token.
+  float const* sequence_lengths = nullptr;
 
   // The context of a layer whose input has `columns` columns per sample of this one's.
   [[nodiscard]] ForwardContext for_columns(int columns) const {
@@ -30,6 +34,13 @@ struct ForwardContext {
     return c;
   }
   [[nodiscard]] std::int64_t first_column() const { return first_sample * columns_per_sample; }
+  // The context of layer `index` of a chain: its own random stream, so that two dropout
+  // layers of the same width never draw the same mask.
+  [[nodiscard]] ForwardContext for_layer(std::size_t index) const {
+    ForwardContext c = *this;
+    c.seed = mix64(seed, 0x1a7e0000u + index);
+    return c;
+  }
 };
 
 inline constexpr int any_width = -1;
@@ -76,6 +87,13 @@ inline constexpr std::size_t scratch_count = scratch_of<L>(1, 1).size();
 
 // Columns per sample of a layer's output for `columns` per sample of its input: a layer
 // that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
+// Whether a layer's input holds integer ids that must reach it exactly (an embedding's).
+template <class L>
+inline constexpr bool takes_ids = [] {
+  if constexpr (requires { L::takes_ids; }) return bool(L::takes_ids);
+  else return false;
+}();
+
 template <class L>
 constexpr int output_columns_of(int columns) {
   if constexpr (requires { L::output_columns(columns); }) return L::output_columns(columns);
@@ -98,6 +116,8 @@ constexpr int output_columns_of(int columns) {
 //   L::scratch(w, columns)      a std::array of ScratchBuffer (default: none)
 //   L::output_columns(columns)  columns per sample of the output (default: those of the input)
 //   L::kind, L::parameter_tensors(w)  the names of its parameters (required when it has any)
+//   L::takes_ids = true          its input holds integer ids (token ids), which mixed precision
+//                                must not round to 16 bits
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

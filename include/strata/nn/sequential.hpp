@@ -264,7 +264,7 @@ class Sequential {
       chain_.for_each_layer([&]<std::size_t I>(auto const& layer) {
         ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
         layer.template forward<B>(params + offsets[I], in, ws.output(I), ws.template scratch<I>(samples),
-                                  context.for_columns(columns[I]));
+                                  context.for_columns(columns[I]).for_layer(I));
       });
     }
   }
@@ -332,7 +332,7 @@ class Sequential {
         MatrixView y = I + 1 == layer_count ? ws.output(I).columns(first * c, n * c) : MatrixView{out, w, n * c};
         Scratch const scratch = ws.template scratch<I>(n);
         layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch,
-                                  chunk_context.for_columns(columns[I]));
+                                  chunk_context.for_columns(columns[I]).for_layer(I));
         round_to<T>(y.data, y.size());
         if constexpr (I + 1 < layer_count) store<T>(ws.stored_[I].data() + std::size_t(first) * w * c, y.data, y.size());
         keep_scratch<I>(ws, scratch, first, /*save=*/true);
@@ -394,11 +394,12 @@ class Sequential {
     }
   }
 
-  // The model's input, cast to the compute type (as Keras casts a layer's inputs).
+  // The model's input, cast to the compute type (as Keras casts a layer's inputs), except
+  // ids (token ids), which the first layer must see exactly.
   template <class T>
   static void cast_input(ConstMatrixView x, float* out) {
     std::copy_n(x.data, x.size(), out);
-    round_to<T>(out, x.size());
+    if constexpr (!nn::takes_ids<Shape>) round_to<T>(out, x.size());
   }
 
   Shape chain_;

@@ -1,0 +1,183 @@
+#pragma once
+// BERT as types. Bert<Layers, Hidden, Heads, Intermediate, Vocab, MaxLen> is one layer: a
+// sample's MaxLen token ids in, the last hidden state out (Hidden per token, MaxLen columns
+// per sample), built from strata's own layers exactly as Hugging Face's BertModel is:
+//
+//   embeddings  Embedding, LayerNorm, Dropout
+//   each layer  (post-LN) x = LayerNorm(x + Dropout(SelfAttention(x)))
+//                         x = LayerNorm(x + Dropout(Dense(Gelu(Dense(x)))))
+//
+// BertPooler<Hidden, MaxLen> takes each sample's [CLS] (first) token through Dense and Tanh,
+// one column per sample again, for a classification head:
+//
+//   Sequential<Bert<6, 384, 12, 1536, 30522, 64>, BertPooler<384, 64>, Dropout, Dense<384, 2>>
+//
+// Bert counts each sample's tokens before its padding (ids equal to pad_id at the end) and
+// hands the lengths to attention, which masks the padding as keys.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strata/core/backend.hpp"
+#include "strata/core/tensor.hpp"
+#include "strata/nn/activation.hpp"
+#include "strata/nn/attention.hpp"
+#include "strata/nn/chain.hpp"
+#include "strata/nn/dense.hpp"
+#include "strata/nn/dropout.hpp"
+#include "strata/nn/embedding.hpp"
+#include "strata/nn/layer.hpp"
+#include "strata/nn/layer_norm.hpp"
+#include "strata/nn/residual.hpp"
+#include "strata/policy/slot.hpp"
+
+namespace strata::nn {
+
+// BERT's hyper-parameters that are values, not types (config.json's dropout and epsilon).
+struct BertOptions {
+  float hidden_dropout = 0.1f;     // hidden_dropout_prob
+  float attention_dropout = 0.1f;  // attention_probs_dropout_prob
+  float layer_norm_epsilon = 1e-12f;
+  float init_stddev = 0.02f;  // initializer_range, for the embedding tables
+  int pad_id = 0;             // the [PAD] token's id: trailing ones are not attended to
+};
+
+// One encoder layer (post-LN), as a chain of strata layers.
+template <int Hidden, int Heads, int Intermediate>
+using BertLayer = Chain<Residual<Chain<SelfAttention<Hidden, Heads>, Dropout>>, LayerNorm,
+                        Residual<Chain<Dense<Hidden, Intermediate>, Gelu, Dense<Intermediate, Hidden>, Dropout>>, LayerNorm>;
+
+template <int Hidden, int Heads, int Intermediate>
+BertLayer<Hidden, Heads, Intermediate> make_bert_layer(BertOptions const& o) {
+  using Attention = Chain<SelfAttention<Hidden, Heads>, Dropout>;
+  using Feedforward = Chain<Dense<Hidden, Intermediate>, Gelu, Dense<Intermediate, Hidden>, Dropout>;
+  LayerNorm const norm{o.layer_norm_epsilon};
+  return BertLayer<Hidden, Heads, Intermediate>(
+      Residual<Attention>(Attention(SelfAttention<Hidden, Heads>{o.attention_dropout}, Dropout{o.hidden_dropout})), norm,
+      Residual<Feedforward>(Feedforward({}, {}, {}, Dropout{o.hidden_dropout})), norm);
+}
+
+namespace detail {
+template <int Vocab, int Hidden, int MaxLen, class Layer, std::size_t... I>
+auto bert_chain(std::index_sequence<I...>)
+    -> Chain<Embedding<Vocab, Hidden, MaxLen>, LayerNorm, Dropout, std::conditional_t<(I >= 0), Layer, void>...>;
+}  // namespace detail
+
+template <int Layers, int Hidden, int Heads, int Intermediate, int Vocab, int MaxLen>
+class Bert {
+  static_assert(Layers >= 1, "strata::Bert<Layers, ...>: give at least one encoder layer");
+
+ public:
+  using layer_type = BertLayer<Hidden, Heads, Intermediate>;
+  using chain_type =
+      decltype(detail::bert_chain<Vocab, Hidden, MaxLen, layer_type>(std::make_index_sequence<std::size_t(Layers)>{}));
+  static constexpr int layers = Layers, hidden = Hidden, heads = Heads, intermediate = Intermediate, vocab = Vocab,
+                       max_length = MaxLen;
+
+  static constexpr int input_width = MaxLen;
+  static constexpr bool takes_ids = true;
+  static constexpr int output_width(int) { return Hidden; }
+  static constexpr int output_columns(int columns) { return columns * MaxLen; }
+  static constexpr std::size_t parameter_count(int width) { return chain_type::parameter_count(width); }
+  static constexpr std::size_t trainable(int width) { return chain_type::trainable(width); }
+  static std::string name() {
+    return "Bert<" + std::to_string(Layers) + ", " + std::to_string(Hidden) + ", " + std::to_string(Heads) + ", " +
+           std::to_string(Intermediate) + ", " + std::to_string(Vocab) + ", " + std::to_string(MaxLen) + ">";
+  }
+  static constexpr char const* kind = "bert";
+  static std::vector<ParameterTensor> parameter_tensors(int width) { return chain_type::parameter_tensors(width); }
+
+  // The chain's scratch, then each sample's length (tokens before the padding).
+  static constexpr std::size_t chain_scratch = chain_type::scratch_size;
+  static constexpr std::array<ScratchBuffer, chain_scratch + 1> scratch(int width, int columns) {
+    std::array<ScratchBuffer, chain_scratch + 1> s{};
+    auto const inner = chain_type::scratch(width, columns);
+    for (std::size_t i = 0; i < chain_scratch; ++i) s[i] = inner[i];
+    s[chain_scratch] = {1, columns, ScratchBuffer::Keep::temporary};
+    return s;
+  }
+
+  explicit Bert(BertOptions options = {}) : options_(options), chain_(make_chain(options, std::make_index_sequence<std::size_t(Layers)>{})) {}
+
+  [[nodiscard]] BertOptions const& options() const { return options_; }
+  [[nodiscard]] chain_type const& chain() const { return chain_; }
+
+  void initialize(float* params, int width, Rng& rng) const { chain_.initialize(params, width, rng); }
+
+  template <class B>
+  void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const& context) const {
+    MatrixView const lengths = scratch[chain_scratch];
+    for (int s = 0; s < x.cols; ++s) {  // 1 + the position of the last id that is not padding
+      float const* ids = x.data + std::size_t(s) * std::size_t(MaxLen);
+      int length = MaxLen;
+      while (length > 1 && ids[length - 1] == float(options_.pad_id)) --length;
+      lengths.data[s] = float(length);
+    }
+    ForwardContext inner = context;
+    inner.sequence_lengths = lengths.data;
+    chain_.template forward<B>(params, x, y, scratch.first(chain_scratch), inner);
+  }
+
+  template <class B>
+  void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView y, Scratch scratch,
+                ConstMatrixView dy, MatrixView dx, bool accumulate) const {
+    chain_.template backward<B>(params, grads, x, y, scratch.first(chain_scratch), dy, dx, accumulate);
+  }
+
+ private:
+  template <std::size_t... I>
+  static chain_type make_chain(BertOptions const& o, std::index_sequence<I...>) {
+    return chain_type(Embedding<Vocab, Hidden, MaxLen>{o.init_stddev}, LayerNorm{o.layer_norm_epsilon},
+                      Dropout{o.hidden_dropout}, (void(I), make_bert_layer<Hidden, Heads, Intermediate>(o))...);
+  }
+
+  BertOptions options_;
+  chain_type chain_;
+};
+
+template <class B>
+struct FirstTokenMath {
+  static_assert(policy::dependent_false<B>, "strata::FirstToken: no math for this backend; include its device header");
+};
+template <>
+struct FirstTokenMath<CpuBackend> {
+  static void forward(ConstMatrixView x, int tokens, MatrixView y) {
+    for (int s = 0; s < y.cols; ++s)
+      std::copy_n(x.data + std::size_t(s) * std::size_t(tokens) * std::size_t(x.rows), x.rows,
+                  y.data + std::size_t(s) * std::size_t(y.rows));
+  }
+  static void backward(ConstMatrixView dy, int tokens, MatrixView dx) {
+    std::fill_n(dx.data, dx.size(), 0.0f);
+    for (int s = 0; s < dy.cols; ++s)
+      std::copy_n(dy.data + std::size_t(s) * std::size_t(dy.rows), dy.rows,
+                  dx.data + std::size_t(s) * std::size_t(tokens) * std::size_t(dx.rows));
+  }
+};
+
+// Each sample's first token ([CLS]) of its MaxLen: one column per sample again.
+template <int Width, int MaxLen>
+struct FirstToken : ParameterFreeLayer {
+  static constexpr int input_width = Width;
+  static constexpr int output_columns(int columns) { return columns / MaxLen; }
+  static std::string name() { return "FirstToken<" + std::to_string(Width) + ", " + std::to_string(MaxLen) + ">"; }
+  template <class B>
+  void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
+    FirstTokenMath<B>::forward(x, MaxLen, y);
+  }
+  template <class B>
+  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
+                bool) const {
+    if (dx.data != nullptr) FirstTokenMath<B>::backward(dy, MaxLen, dx);
+  }
+};
+
+// BERT's pooler: tanh(Dense(first token)).
+template <int Hidden, int MaxLen>
+using BertPooler = Chain<FirstToken<Hidden, MaxLen>, Dense<Hidden, Hidden>, Tanh>;
+
+}  // namespace strata::nn
