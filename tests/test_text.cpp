@@ -20,6 +20,7 @@
 
 #include "strata/data/text_dataset.hpp"
 #include "strata/text.hpp"
+#include "real_data_main.hpp"
 
 using namespace strata;
 using data::BertTokenizer;
@@ -313,25 +314,4 @@ TEST_CASE("real data: hard cases (accents, CJK, controls, symbols, long words, s
   }
 }
 
-int main(int argc, char** argv) {
-  bool real_data = false;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--real-data") == 0) real_data = true;
-    else args.push_back(argv[i]);
-  }
-  doctest::Context context(int(args.size()), args.data());
-  if (real_data) {
-    for (auto const& needed : {data::minilm_directory() / "vocab.txt", data::sentence_polarity_file()}) {
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(needed, ec)) {
-        std::printf("skipped: %s is absent; scripts/fetch-bert-data (run by scripts/setup) brings it\n", needed.c_str());
-        return 77;
-      }
-    }
-    context.addFilter("test-case", "real data:*");
-  } else {
-    context.addFilter("test-case-exclude", "real data:*");
-  }
-  return context.run();
-}
+STRATA_REAL_DATA_MAIN({data::minilm_directory() / "vocab.txt", data::sentence_polarity_file()})

@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 #include "strata/io/atomic_file.hpp"
 #include "strata/io/json.hpp"
@@ -248,6 +249,30 @@ class SafetensorsFile {
       throw ShapeError(strata::detail::message(source_, ": tensor '", name, "' has shape ", detail::shape_text(e.shape),
                                                ", the model expects ", detail::shape_text(expected)));
     return {reinterpret_cast<float const*>(data_.get() + e.begin), std::size_t((e.end - e.begin) / 4)};
+  }
+
+  // The values of a floating-point tensor (F32, F16 or BF16, as other tools write them) as
+  // floats; IoError for any other dtype, ShapeError when its shape is not `expected`.
+  [[nodiscard]] std::vector<float> floats(std::string_view name, std::vector<std::int64_t> const& expected) const {
+    detail::Entry const& e = entry(name);
+    if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
+      fail("tensor '", name, "' has dtype ", e.dtype, "; strata reads F32, F16 and BF16 tensors as floats");
+    if (e.shape != expected)
+      throw ShapeError(strata::detail::message(source_, ": tensor '", name, "' has shape ", detail::shape_text(e.shape),
+                                               ", the model expects ", detail::shape_text(expected)));
+    std::byte const* at = data_.get() + e.begin;
+    std::size_t const count = nn::element_count(e.shape);
+    std::vector<float> out(count);
+    if (e.dtype == "F32") {
+      std::memcpy(out.data(), at, count * 4);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        std::uint16_t bits;
+        std::memcpy(&bits, at + 2 * i, 2);
+        out[i] = e.dtype == "BF16" ? std::bit_cast<float>(std::uint32_t{bits} << 16) : fp16::to_float(bits);
+      }
+    }
+    return out;
   }
 
  private:
