@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
@@ -253,6 +254,10 @@ TEST_CASE("real data: the polarity file has 4,000 sentences, half of each class,
   CHECK(d.labels[0] == 1);
   auto const split = data::stratified_split(d.labels, 0.2, 1);
   CHECK(split.dev.size() == 800);
+  // The example's split, as benchmarks/anchors/torch_bert.py recomputes it in Python.
+  auto const example = data::stratified_split(d.labels, 0.2, 2026);
+  CHECK(std::accumulate(example.dev.begin(), example.dev.end(), std::size_t{0}) == 1592243);
+  CHECK(std::vector<std::size_t>(example.dev.begin(), example.dev.begin() + 5) == std::vector<std::size_t>{4, 8, 14, 17, 18});
   auto const dev = d.subset(split.dev);
   CHECK(std::count(dev.labels.begin(), dev.labels.end(), 1) == 400);
 }

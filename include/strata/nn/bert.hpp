@@ -102,7 +102,9 @@ class Bert {
     return s;
   }
 
-  explicit Bert(BertOptions options = {}) : options_(options), chain_(make_chain(options, std::make_index_sequence<std::size_t(Layers)>{})) {}
+  Bert() : Bert(BertOptions{}) {}
+  explicit Bert(BertOptions options)
+      : options_(options), chain_(make_chain(options, std::make_index_sequence<std::size_t(Layers)>{})) {}
 
   [[nodiscard]] BertOptions const& options() const { return options_; }
   [[nodiscard]] chain_type const& chain() const { return chain_; }
