@@ -8,14 +8,14 @@
 //     C_h = V_h dropout(P_h)
 //   y = Wo C + bo
 //
-// A sample's tokens are its columns (columns per sample = the sequence length). The length
-// of each sample, when the model provides it (ForwardContext::sequence_lengths: Bert counts
-// the tokens before the padding), masks the padding as keys; padded positions still get an
-// output, as in Hugging Face's BertModel. Dropout on the probabilities follows each
-// probability's place in the global batch, so sharding draws the same mask.
+// A sample's tokens are its columns: `length` of them each (columns per sample), or, when
+// the model packs its sequences (ForwardContext::sequence_lengths: Bert drops the padding),
+// each sample's own number, one sample after another. Attention then runs over exactly the
+// real tokens, which is what a padding mask computes, without the padding's work. Dropout on
+// the probabilities follows each probability's place in the global batch, so sharding and
+// packing draw the same mask.
 //
-// The four projections are Dense-like blocks (kernel (In, Out) row-major, then bias);
-// backward needs no mask: a masked probability is 0, and so is its gradient.
+// The four projections are Dense-like blocks (kernel (In, Out) row-major, then bias).
 
 #include <algorithm>
 #include <array>
@@ -53,83 +53,93 @@ struct AttentionMath {
 template <>
 struct AttentionMath<CpuBackend> {
   using Strided = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
-  using ConstStrided = Eigen::Map<Matrix const, 0, Eigen::OuterStride<>>;
 
-  // Head h of sample s of a Hidden x tokens matrix: d x length, leading dimension Hidden.
-  static Strided head(MatrixView m, int s, int h, int d, int length) {
-    return {m.data + std::size_t(s) * std::size_t(length) * std::size_t(m.rows) + std::size_t(h) * std::size_t(d), d,
-            length, Eigen::OuterStride<>(m.rows)};
-  }
-  static Eigen::Map<Matrix> block(MatrixView m, int s, int h, int heads, int length) {
-    return {m.data + (std::size_t(s) * std::size_t(heads) + std::size_t(h)) * std::size_t(length) * std::size_t(length),
-            length, length};
+  // Head h of the `length` tokens starting at column `first` of a Hidden x tokens matrix:
+  // d x length, leading dimension Hidden.
+  static Strided head(MatrixView m, std::size_t first, int h, int d, int length) {
+    return {m.data + first * std::size_t(m.rows) + std::size_t(h) * std::size_t(d), d, length, Eigen::OuterStride<>(m.rows)};
   }
 
-  static void forward(AttentionViews const& a, float const* lengths, float dropout, bool training, std::uint64_t seed,
-                      std::int64_t first_sample) {
-    int const d = a.q.rows / a.heads, L = a.length, samples = a.q.cols / L;
-    float const scale = 1.0f / std::sqrt(float(d));
-    bool const drop = training && dropout > 0.0f;
+  // Calls f(sample, first column, tokens, first float of its probability blocks) for each
+  // sample: its tokens are `lengths[s]` columns (packed) or max_length each.
+  template <class F>
+  static void for_each_sample(int samples, float const* lengths, int max_length, int heads, F&& f) {
+    std::size_t column = 0, block = 0;
     for (int s = 0; s < samples; ++s) {
-      int const keys = lengths ? std::clamp(int(lengths[s]), 1, L) : L;
-      for (int h = 0; h < a.heads; ++h) {
-        auto P = block(a.probabilities, s, h, a.heads, L);
-        P.noalias() = head(a.k, s, h, d, L).transpose() * head(a.q, s, h, d, L);
-        for (int j = 0; j < L; ++j) {  // softmax over the keys of query j
-          float* col = P.data() + std::size_t(j) * std::size_t(L);
-          float top = -std::numeric_limits<float>::infinity();
-          for (int i = 0; i < keys; ++i) top = std::max(top, col[i] * scale);
-          float sum = 0.0f;
-          for (int i = 0; i < keys; ++i) sum += (col[i] = std::exp(col[i] * scale - top));
-          float const inverse = 1.0f / sum;
-          for (int i = 0; i < keys; ++i) col[i] *= inverse;
-          for (int i = keys; i < L; ++i) col[i] = 0.0f;
-        }
-        auto C = head(a.context, s, h, d, L);
-        if (drop) {  // the dropped probabilities go through `work`; the mask is kept for backward
-          auto mask = block(a.dropout_mask, s, h, a.heads, L);
-          std::int64_t const first_column = ((first_sample + s) * a.heads + h) * std::int64_t(L);
-          DropoutMath<CpuBackend>::dropout(ConstMatrixView{P.data(), L, L}, MatrixView{a.work.data, L, L},
-                                           MatrixView{mask.data(), L, L}, dropout, seed, first_column);
-          C.noalias() = head(a.v, s, h, d, L) * Eigen::Map<Matrix const>(a.work.data, L, L);
-        } else {
-          C.noalias() = head(a.v, s, h, d, L) * P;
-        }
-      }
+      int const n = lengths ? int(lengths[s]) : max_length;
+      f(s, column, n, block);
+      column += std::size_t(n);
+      block += std::size_t(heads) * std::size_t(n) * std::size_t(n);
     }
   }
 
+  static void forward(AttentionViews const& a, float const* lengths, int samples, float dropout, bool training,
+                      std::uint64_t seed, std::int64_t first_sample) {
+    int const d = a.q.rows / a.heads, L = a.length;
+    float const scale = 1.0f / std::sqrt(float(d));
+    bool const drop = training && dropout > 0.0f;
+    for_each_sample(samples, lengths, L, a.heads, [&](int s, std::size_t first, int n, std::size_t block) {
+      for (int h = 0; h < a.heads; ++h) {
+        std::size_t const at = block + std::size_t(h) * std::size_t(n) * std::size_t(n);
+        Eigen::Map<Matrix> P(a.probabilities.data + at, n, n);  // keys x queries
+        P.noalias() = head(a.k, first, h, d, n).transpose() * head(a.q, first, h, d, n);
+        for (int j = 0; j < n; ++j) {  // softmax over the keys of query j
+          float* col = P.data() + std::size_t(j) * std::size_t(n);
+          float top = -std::numeric_limits<float>::infinity();
+          for (int i = 0; i < n; ++i) top = std::max(top, col[i] * scale);
+          float sum = 0.0f;
+          for (int i = 0; i < n; ++i) sum += (col[i] = std::exp(col[i] * scale - top));
+          float const inverse = 1.0f / sum;
+          for (int i = 0; i < n; ++i) col[i] *= inverse;
+        }
+        auto C = head(a.context, first, h, d, n);
+        if (drop) {  // the dropped probabilities go through `work`; the mask is kept for backward
+          // Query j of head h of sample s is "column" ((sample * heads + h) * L + j) of the
+          // mask, wherever the sample sits in the packing.
+          std::int64_t const first_column = ((first_sample + s) * a.heads + h) * std::int64_t(L);
+          DropoutMath<CpuBackend>::dropout(ConstMatrixView{P.data(), n, n}, MatrixView{a.work.data, n, n},
+                                           MatrixView{a.dropout_mask.data + at, n, n}, dropout, seed, first_column);
+          C.noalias() = head(a.v, first, h, d, n) * Eigen::Map<Matrix const>(a.work.data, n, n);
+        } else {
+          C.noalias() = head(a.v, first, h, d, n) * P;
+        }
+      }
+    });
+  }
+
   // From dC (Hidden x tokens) to dQ, dK, dV.
-  static void backward(AttentionViews const& a, ConstMatrixView d_context, MatrixView dq, MatrixView dk, MatrixView dv,
-                       bool dropped) {
-    int const d = a.q.rows / a.heads, L = a.length, samples = a.q.cols / L;
+  static void backward(AttentionViews const& a, float const* lengths, int samples, ConstMatrixView d_context,
+                       MatrixView dq, MatrixView dk, MatrixView dv, bool dropped) {
+    int const d = a.q.rows / a.heads, L = a.length;
     float const scale = 1.0f / std::sqrt(float(d));
     MatrixView const dc{const_cast<float*>(d_context.data), d_context.rows, d_context.cols};
-    Eigen::Map<Matrix> W(a.work.data, L, L);
-    for (int s = 0; s < samples; ++s)
+    for_each_sample(samples, lengths, L, a.heads, [&](int, std::size_t first, int n, std::size_t block) {
+      Eigen::Map<Matrix> W(a.work.data, n, n);
       for (int h = 0; h < a.heads; ++h) {
-        auto P = block(a.probabilities, s, h, a.heads, L);
-        auto dC = head(dc, s, h, d, L);
+        std::size_t const at = block + std::size_t(h) * std::size_t(n) * std::size_t(n);
+        Eigen::Map<Matrix const> P(a.probabilities.data + at, n, n);
+        auto dC = head(dc, first, h, d, n);
         if (dropped) {
-          auto mask = block(a.dropout_mask, s, h, a.heads, L);
+          Eigen::Map<Matrix const> mask(a.dropout_mask.data + at, n, n);
           W = P.cwiseProduct(mask);  // the probabilities as forward used them
-          head(dv, s, h, d, L).noalias() = dC * W.transpose();
-          W.noalias() = head(a.v, s, h, d, L).transpose() * dC;  // d(dropped P)
+          head(dv, first, h, d, n).noalias() = dC * W.transpose();
+          W.noalias() = head(a.v, first, h, d, n).transpose() * dC;  // d(dropped P)
           W.array() *= mask.array();
         } else {
-          head(dv, s, h, d, L).noalias() = dC * P.transpose();
-          W.noalias() = head(a.v, s, h, d, L).transpose() * dC;
+          head(dv, first, h, d, n).noalias() = dC * P.transpose();
+          W.noalias() = head(a.v, first, h, d, n).transpose() * dC;
         }
-        for (int j = 0; j < L; ++j) {  // softmax backward, per query column, then the 1/sqrt(d)
-          float const* p = P.data() + std::size_t(j) * std::size_t(L);
-          float* g = W.data() + std::size_t(j) * std::size_t(L);
+        for (int j = 0; j < n; ++j) {  // softmax backward, per query column, then the 1/sqrt(d)
+          float const* p = P.data() + std::size_t(j) * std::size_t(n);
+          float* g = W.data() + std::size_t(j) * std::size_t(n);
           float dot = 0.0f;
-          for (int i = 0; i < L; ++i) dot += p[i] * g[i];
-          for (int i = 0; i < L; ++i) g[i] = p[i] * (g[i] - dot) * scale;
+          for (int i = 0; i < n; ++i) dot += p[i] * g[i];
+          for (int i = 0; i < n; ++i) g[i] = p[i] * (g[i] - dot) * scale;
         }
-        head(dq, s, h, d, L).noalias() = head(a.k, s, h, d, L) * W;
-        head(dk, s, h, d, L).noalias() = head(a.q, s, h, d, L) * W.transpose();
+        head(dq, first, h, d, n).noalias() = head(a.k, first, h, d, n) * W;
+        head(dk, first, h, d, n).noalias() = head(a.q, first, h, d, n) * W.transpose();
       }
+    });
   }
 };
 
@@ -155,15 +165,16 @@ struct SelfAttention {
     }
     return out;
   }
-  // Kept: Q, K, V, the context C, the probabilities and their dropout mask. Temporary: dQ,
-  // dK, dV, dC and a length x length block. `columns` (a sample's columns) is the length.
-  enum : std::size_t { q_, k_, v_, context_, probabilities_, mask_, dq_, dk_, dv_, dcontext_, work_, count_ };
+  // Kept: Q, K, V, the context C, the probabilities and their dropout mask (a length x
+  // length block per sample and head), each sample's length. Temporary: dQ, dK, dV, dC and
+  // one length x length block. `columns` (a sample's columns) is the (largest) length.
+  enum : std::size_t { q_, k_, v_, context_, probabilities_, mask_, lengths_, dq_, dk_, dv_, dcontext_, work_, count_ };
   static constexpr std::array<ScratchBuffer, count_> scratch(int, int columns) {
     using K = ScratchBuffer::Keep;
     ScratchBuffer const hidden{Hidden, columns, K::kept}, temporary{Hidden, columns, K::temporary};
     ScratchBuffer const probabilities{columns, columns * Heads, K::kept};
-    return {{hidden, hidden, hidden, hidden, probabilities, probabilities, temporary, temporary, temporary, temporary,
-             {columns, columns, K::temporary}}};
+    return {{hidden, hidden, hidden, hidden, probabilities, probabilities, {1, 1, K::kept_float}, temporary, temporary,
+             temporary, temporary, {columns, columns, K::temporary}}};
   }
 
   void initialize(float* params, int, Rng& rng) const {
@@ -178,8 +189,17 @@ struct SelfAttention {
   template <class B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const& context) const {
     AttentionViews const a = views(scratch);
+    // Packed sequences keep their lengths for backward; otherwise every sample has `length`.
+    int const samples = context.sequence_lengths ? scratch[lengths_].cols : x.cols / a.length;
+    float const* lengths = nullptr;
+    if (context.sequence_lengths) {
+      std::copy_n(context.sequence_lengths, samples, scratch[lengths_].data);
+      lengths = scratch[lengths_].data;
+    } else {
+      std::fill_n(scratch[lengths_].data, scratch[lengths_].cols, float(a.length));
+    }
     for (std::size_t p = 0; p < 3; ++p) project<B>(params, p, x, scratch[q_ + p]);
-    AttentionMath<B>::forward(a, context.sequence_lengths, dropout, context.training, context.seed, context.first_sample);
+    AttentionMath<B>::forward(a, lengths, samples, dropout, context.training, context.seed, context.first_sample);
     project<B>(params, 3, a.context, y);
   }
 
@@ -191,7 +211,9 @@ struct SelfAttention {
     MatrixView const dc = scratch[dcontext_];
     project_backward<B>(params, grads, 3, a.context, dy, dc, beta);
     // Training with dropout wrote the mask; otherwise (rate 0) the probabilities went in as they were.
-    AttentionMath<B>::backward(a, dc, scratch[dq_], scratch[dk_], scratch[dv_], dropout > 0.0f);
+    int const samples = scratch[lengths_].cols;
+    AttentionMath<B>::backward(a, scratch[lengths_].data, samples, dc, scratch[dq_], scratch[dk_], scratch[dv_],
+                               dropout > 0.0f);
     for (std::size_t p = 0; p < 3; ++p) {
       project_backward<B>(params, grads, p, x, scratch[dq_ + p], MatrixView{}, beta);
       if (dx.data != nullptr)

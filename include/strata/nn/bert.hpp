@@ -13,7 +13,8 @@
 //   Sequential<Bert<6, 384, 12, 1536, 30522, 64>, BertPooler<384, 64>, Dropout, Dense<384, 2>>
 //
 // Bert counts each sample's tokens before its padding (ids equal to pad_id at the end) and
-// hands the lengths to attention, which masks the padding as keys.
+// runs the encoder on those alone, packed: the padding costs no work (attention over the
+// real tokens is what BertModel's padding mask computes).
 
 #include <algorithm>
 #include <array>
@@ -92,13 +93,17 @@ class Bert {
   static constexpr char const* kind = "bert";
   static std::vector<ParameterTensor> parameter_tensors(int width) { return chain_type::parameter_tensors(width); }
 
-  // The chain's scratch, then each sample's length (tokens before the padding).
+  // The chain's scratch; then each sample's length (tokens before the padding), each packed
+  // column's place in the padded batch, and the output gradient packed.
   static constexpr std::size_t chain_scratch = chain_type::scratch_size;
-  static constexpr std::array<ScratchBuffer, chain_scratch + 1> scratch(int width, int columns) {
-    std::array<ScratchBuffer, chain_scratch + 1> s{};
+  enum : std::size_t { lengths_ = chain_scratch, positions_, packed_gradient_, count_ };
+  static constexpr std::array<ScratchBuffer, count_> scratch(int width, int columns) {
+    std::array<ScratchBuffer, count_> s{};
     auto const inner = chain_type::scratch(width, columns);
     for (std::size_t i = 0; i < chain_scratch; ++i) s[i] = inner[i];
-    s[chain_scratch] = {1, columns, ScratchBuffer::Keep::temporary};
+    s[lengths_] = {1, columns, ScratchBuffer::Keep::kept_float};
+    s[positions_] = {1, columns * MaxLen, ScratchBuffer::Keep::temporary};
+    s[packed_gradient_] = {Hidden, columns * MaxLen, ScratchBuffer::Keep::temporary};
     return s;
   }
 
@@ -111,30 +116,69 @@ class Bert {
 
   void initialize(float* params, int width, Rng& rng) const { chain_.initialize(params, width, rng); }
 
+  // The encoder runs on the real tokens only, packed one sample after another (the padding
+  // is never computed: nothing reads it, since attention masks it and the pooler reads the
+  // first token); its output is then spread back to MaxLen columns per sample, zero at the
+  // padding.
   template <class B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const& context) const {
-    MatrixView const lengths = scratch[chain_scratch];
-    for (int s = 0; s < x.cols; ++s) {  // 1 + the position of the last id that is not padding
-      float const* ids = x.data + std::size_t(s) * std::size_t(MaxLen);
-      int length = MaxLen;
-      while (length > 1 && ids[length - 1] == float(options_.pad_id)) --length;
-      lengths.data[s] = float(length);
+    MatrixView const lengths = scratch[lengths_], positions = scratch[positions_];
+    int tokens = 0;
+    for (int s = 0; s < x.cols; ++s) {
+      int const n = sequence_length(x, s, options_.pad_id);
+      lengths.data[s] = float(n);
+      for (int t = 0; t < n; ++t) positions.data[tokens++] = float((context.first_sample + s) * MaxLen + t);
     }
     ForwardContext inner = context;
     inner.sequence_lengths = lengths.data;
-    chain_.template forward<B>(params, x, y, scratch.first(chain_scratch), inner);
+    inner.column_positions = positions.data;
+    auto const views = packed(scratch, tokens);
+    chain_.template forward<B>(params, x, MatrixView{y.data, y.rows, tokens}, Scratch(views), inner);
+    for (int s = x.cols - 1; s >= 0; --s) {  // spread out, last sample first: a column only moves right
+      std::size_t const n = std::size_t(lengths.data[s]);
+      tokens -= int(n);
+      float* to = y.data + std::size_t(s) * MaxLen * Hidden;
+      std::copy_backward(y.data + std::size_t(tokens) * Hidden, y.data + (std::size_t(tokens) + n) * Hidden, to + n * Hidden);
+      std::fill(to + n * Hidden, to + std::size_t(MaxLen) * Hidden, 0.0f);
+    }
   }
 
   template <class B>
   void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView y, Scratch scratch,
                 ConstMatrixView dy, MatrixView dx, bool accumulate) const {
-    chain_.template backward<B>(params, grads, x, y, scratch.first(chain_scratch), dy, dx, accumulate);
+    MatrixView const lengths = scratch[lengths_];
+    float* packed_dy = scratch[packed_gradient_].data;
+    int tokens = 0;
+    for (int s = 0; s < x.cols; ++s) {
+      std::size_t const n = std::size_t(lengths.data[s]);
+      float const* from = dy.data + std::size_t(s) * MaxLen * Hidden;
+      std::copy_n(from, n * Hidden, packed_dy + std::size_t(tokens) * Hidden);
+      tokens += int(n);
+    }
+    auto const views = packed(scratch, tokens);
+    // The last layer (a LayerNorm) does not read its output, which here is spread out.
+    chain_.template backward<B>(params, grads, x, ConstMatrixView{y.data, y.rows, tokens}, Scratch(views),
+                                ConstMatrixView{packed_dy, Hidden, tokens}, dx, accumulate);
   }
 
  private:
+  // The chain's scratch views for `tokens` packed columns: a buffer of so many columns per
+  // token keeps its rows and gets that many columns per packed token; a per-sample one is
+  // left as it is.
+  static constexpr auto chain_specs = chain_type::scratch(MaxLen, 1);
+  static std::array<MatrixView, chain_scratch> packed(Scratch scratch, int tokens) {
+    std::array<MatrixView, chain_scratch> views{};
+    for (std::size_t i = 0; i < chain_scratch; ++i) {
+      views[i] = scratch[i];
+      int const per_sample = chain_specs[i].columns_per_sample;
+      if (per_sample % MaxLen == 0) views[i].cols = per_sample / MaxLen * tokens;
+    }
+    return views;
+  }
+
   template <std::size_t... I>
   static chain_type make_chain(BertOptions const& o, std::index_sequence<I...>) {
-    return chain_type(Embedding<Vocab, Hidden, MaxLen>{o.init_stddev}, LayerNorm{o.layer_norm_epsilon},
+    return chain_type(Embedding<Vocab, Hidden, MaxLen>{o.init_stddev, o.pad_id}, LayerNorm{o.layer_norm_epsilon},
                       Dropout{o.hidden_dropout}, (void(I), make_bert_layer<Hidden, Heads, Intermediate>(o))...);
   }
 

@@ -26,11 +26,14 @@ template <>
 struct DropoutMath<CpuBackend> {
   // Inverted dropout. The mask of element (row, column) depends only on (seed, column, row),
   // so sharding a batch across replicas draws the same mask as one replica would.
+  // `positions`, where given, are the columns' places in the batch (packed sequences);
+  // otherwise column j is at first_column + j.
   static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
-                      std::int64_t first_column) {
+                      std::int64_t first_column, float const* positions = nullptr) {
     float const keep_scale = 1.0f / (1.0f - rate);
     for (int j = 0; j < x.cols; ++j) {
-      std::uint64_t const column_seed = mix64(seed, std::uint64_t(first_column + j));
+      std::int64_t const at = positions ? std::int64_t(positions[j]) : first_column + j;
+      std::uint64_t const column_seed = mix64(seed, std::uint64_t(at));
       for (int i = 0; i < x.rows; ++i) {
         std::size_t const k = std::size_t(j) * std::size_t(x.rows) + std::size_t(i);
         float const m = uniform01(mix64(column_seed, std::uint64_t(i))) >= rate ? keep_scale : 0.0f;
@@ -61,8 +64,15 @@ struct Dropout {
 
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch mask, ForwardContext const& context) const {
-    if (context.training && rate > 0.0f) DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, context.first_column());
-    else B::copy(x, y);
+    if (!(context.training && rate > 0.0f)) {
+      B::copy(x, y);
+    } else if (context.column_positions == nullptr) {
+      DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, context.first_column());
+    } else if constexpr (requires { DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, 0, context.column_positions); }) {
+      DropoutMath<B>::dropout(x, y, mask[0], rate, context.seed, 0, context.column_positions);
+    } else {
+      throw ConfigError("Dropout: packed sequences (Bert) are not supported on this device yet");
+    }
   }
   // Backward only runs after a training forward pass, which wrote the mask (or copied when rate == 0).
   template <Backend B>

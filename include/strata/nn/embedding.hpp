@@ -4,7 +4,8 @@
 //
 //   y(:, token t of sample s) = word[id] + position[t] + segment[0]
 //
-// so a sample's one input column becomes MaxLen output columns. Every token is in segment
+// so a sample's one input column becomes MaxLen output columns (or, with pad_id set, only
+// its tokens before the padding: Bert's packed layout, which skips the padding's work). Every token is in segment
 // 0 (single-sentence input; sentence pairs are not supported yet), but the segment table is
 // there to load and train, as BERT's checkpoints have it. The tables are stored a row per
 // id, exactly as Hugging Face's (Vocab, Hidden) tensors.
@@ -25,6 +26,16 @@
 #include "strata/policy/slot.hpp"
 
 namespace strata::nn {
+
+// The tokens of sample s of a column-per-sample id matrix: 1 + the position of its last id
+// that is not `pad_id` (all of them when pad_id < 0; at least one).
+inline int sequence_length(ConstMatrixView ids, int s, int pad_id) {
+  int length = ids.rows;
+  if (pad_id < 0) return length;
+  float const* column = ids.data + std::size_t(s) * std::size_t(ids.rows);
+  while (length > 1 && column[length - 1] == float(pad_id)) --length;
+  return length;
+}
 
 template <class B>
 struct EmbeddingMath {
@@ -50,28 +61,33 @@ struct EmbeddingMath<CpuBackend> {
     return int(v);
   }
 
-  static void forward(ConstMatrixView ids, MatrixView y, EmbeddingTables const& t) {
-    int const length = ids.rows, h = t.hidden;
-    for (int s = 0; s < ids.cols; ++s)
-      for (int p = 0; p < length; ++p) {
+  // Output column by column: each sample's first `length` tokens (all of them, or those
+  // before its padding when pad_id >= 0), one sample after another.
+  static void forward(ConstMatrixView ids, MatrixView y, EmbeddingTables const& t, int pad_id) {
+    int const h = t.hidden;
+    float* out = y.data;
+    for (int s = 0; s < ids.cols; ++s) {
+      int const length = sequence_length(ids, s, pad_id);
+      for (int p = 0; p < length; ++p, out += h) {
         float const* word = t.word + std::size_t(token_id(ids, p, s, t.vocab)) * std::size_t(h);
         float const* position = t.position + std::size_t(p) * std::size_t(h);
-        float* out = y.data + (std::size_t(s) * std::size_t(length) + std::size_t(p)) * std::size_t(h);
         for (int i = 0; i < h; ++i) out[i] = word[i] + position[i] + t.segment[i];
       }
+    }
   }
 
-  static void backward(ConstMatrixView ids, ConstMatrixView dy, EmbeddingTables const& t, float* d_word,
+  static void backward(ConstMatrixView ids, ConstMatrixView dy, EmbeddingTables const& t, int pad_id, float* d_word,
                        float* d_position, float* d_segment, int positions, int segments, bool accumulate) {
-    int const length = ids.rows, h = t.hidden;
+    int const h = t.hidden;
     if (!accumulate) {
       std::fill_n(d_word, std::size_t(t.vocab) * std::size_t(h), 0.0f);
       std::fill_n(d_position, std::size_t(positions) * std::size_t(h), 0.0f);
       std::fill_n(d_segment, std::size_t(segments) * std::size_t(h), 0.0f);
     }
-    for (int s = 0; s < ids.cols; ++s)
-      for (int p = 0; p < length; ++p) {
-        float const* g = dy.data + (std::size_t(s) * std::size_t(length) + std::size_t(p)) * std::size_t(h);
+    float const* g = dy.data;
+    for (int s = 0; s < ids.cols; ++s) {
+      int const length = sequence_length(ids, s, pad_id);
+      for (int p = 0; p < length; ++p, g += h) {
         float* word = d_word + std::size_t(token_id(ids, p, s, t.vocab)) * std::size_t(h);
         float* position = d_position + std::size_t(p) * std::size_t(h);
         for (int i = 0; i < h; ++i) {
@@ -80,6 +96,7 @@ struct EmbeddingMath<CpuBackend> {
           d_segment[i] += g[i];
         }
       }
+    }
   }
 };
 
@@ -88,6 +105,9 @@ struct Embedding {
   static_assert(Vocab >= 1 && Hidden >= 1 && MaxLen >= 1 && Segments >= 1,
                 "strata::Embedding<Vocab, Hidden, MaxLen, Segments>: every size must be at least 1");
   float init_stddev = 0.02f;  // BERT's initializer_range: N(0, 0.02) in every table
+  // >= 0: the ids equal to it at the end of a sample are padding, and the output holds only
+  // each sample's tokens before it, packed (Bert's unpadded layout). -1: every position.
+  int pad_id = -1;
 
   static constexpr int input_width = MaxLen;
   static constexpr bool takes_ids = true;
@@ -121,14 +141,14 @@ struct Embedding {
 
   template <class B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
-    EmbeddingMath<B>::forward(x, y, tables(params));
+    EmbeddingMath<B>::forward(x, y, tables(params), pad_id);
   }
   // The ids have no gradient: dx, where asked for, is zero.
   template <class B>
   void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView, Scratch, ConstMatrixView dy,
                 MatrixView dx, bool accumulate) const {
-    EmbeddingMath<B>::backward(x, dy, tables(params), grads, grads + word_floats, grads + word_floats + position_floats,
-                               MaxLen, Segments, accumulate);
+    EmbeddingMath<B>::backward(x, dy, tables(params), pad_id, grads, grads + word_floats,
+                               grads + word_floats + position_floats, MaxLen, Segments, accumulate);
     if (dx.data != nullptr) std::fill_n(dx.data, dx.size(), 0.0f);
   }
 

@@ -22,10 +22,13 @@ struct ForwardContext {
   std::uint64_t seed = 0;         // differs every step; mixes the run seed and the step number
   std::int64_t first_sample = 0;  // index of the shard's first sample within the global batch
   int columns_per_sample = 1;     // of the layer's input: its first column is first_sample * this
-  // Right-padded sequences (a transformer's input): the tokens of each sample of this call
-  // that attention may attend to, as floats. Set by the model that knows them (Bert); null:
-  // every token.
+  // Packed sequences (Bert's unpadded layout): the number of tokens of each sample of this
+  // call, whose tokens then fill the columns one sample after another, with no padding; and
+  // each column's place in the padded global batch (sample x MaxLen + token), so that a
+  // dropout mask does not depend on the packing. Null: one column per token of a fixed
+  // number per sample (columns_per_sample).
   float const* sequence_lengths = nullptr;
+  float const* column_positions = nullptr;
 
   // The context of a layer whose input has `columns` columns per sample of this one's.
   [[nodiscard]] ForwardContext for_columns(int columns) const {
