@@ -74,14 +74,16 @@ def throughput(args):
 def finetune(args):
     out = run([str(ROOT / "build/examples/bert_finetune"), "--epochs", str(args.epochs)])
     strata = [float(x) for x in re.findall(r"epoch \d+: dev_accuracy=([0-9.]+)", out)]
-    print(out.splitlines()[0])
+    print("\n".join(line for line in out.splitlines() if not line.startswith("\r") and "ETA" not in line))
     torch_out = run([sys.executable, str(HERE / "torch_bert.py"), "--mode", "finetune", "--epochs", str(args.epochs),
                      "--threads", str(os.cpu_count())])
-    torch = [e["dev_accuracy"] for e in last_json(torch_out)["epochs"]]
-    print("| epoch | strata dev accuracy | PyTorch dev accuracy |")
-    print("|---|---|---|")
-    for i, (a, b) in enumerate(zip(strata, torch)):
-        print(f"| {i + 1} | {a:.4f} | {b:.4f} |")
+    torch_epochs = last_json(torch_out)["epochs"]
+    strata_rates = [float(x) for x in re.findall(r"epoch \d+: dev_accuracy=[0-9.]+, ([0-9.]+) sequences/s", out)]
+    print("| epoch | strata dev accuracy | PyTorch dev accuracy | strata sequences/s | PyTorch sequences/s |")
+    print("|---|---|---|---|---|")
+    for i, (a, b) in enumerate(zip(strata, torch_epochs)):
+        rate = strata_rates[i] if i < len(strata_rates) else float("nan")
+        print(f"| {i + 1} | {a:.4f} | {b['dev_accuracy']:.4f} | {rate:.1f} | {b['sequences_per_s']:.1f} |")
 
 
 def main():
