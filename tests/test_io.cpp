@@ -427,7 +427,8 @@ TEST_CASE("ModelCheckpoint(save_best_only) after a resume keeps the best of the 
 
 TEST_CASE("EarlyStopping after a resume replays the history and stops after the same epoch") {
   TempDir dir;
-  FitOptions const options{.epochs = 12, .batch_size = 40, .validation = fashion().take(60), .seed = 4};
+  // Seed 3 stops in epoch 8 (most seeds run all 12 epochs without a stop at this patience).
+  FitOptions const options{.epochs = 12, .batch_size = 40, .validation = fashion().take(60), .seed = 3};
   Adam const fast{.lr = 0.01f};
   Model straight = make_model(1);
   EarlyStopping reference{.monitor = "val_loss", .patience = 1};

@@ -47,7 +47,7 @@ struct AttentionViews {
 
 template <class B>
 struct AttentionMath {
-  static_assert(policy::dependent_false<B>, "strata::SelfAttention: no math for this backend; include its device header");
+  static_assert(policy::dependent_false<B>, "strata::SelfAttention: no math for this backend (only the Cpu one is built; docs/bert.md)");
 };
 
 template <>

@@ -188,7 +188,7 @@ class Bert {
 
 template <class B>
 struct FirstTokenMath {
-  static_assert(policy::dependent_false<B>, "strata::FirstToken: no math for this backend; include its device header");
+  static_assert(policy::dependent_false<B>, "strata::FirstToken: no math for this backend (only the Cpu one is built; docs/bert.md)");
 };
 template <>
 struct FirstTokenMath<CpuBackend> {

@@ -39,7 +39,7 @@ inline int sequence_length(ConstMatrixView ids, int s, int pad_id) {
 
 template <class B>
 struct EmbeddingMath {
-  static_assert(policy::dependent_false<B>, "strata::Embedding: no math for this backend; include its device header");
+  static_assert(policy::dependent_false<B>, "strata::Embedding: no math for this backend (only the Cpu one is built; docs/bert.md)");
 };
 
 // The tables of one Embedding: `hidden` floats per row.
