@@ -250,6 +250,36 @@ TEST_CASE("a small BERT trains with the trainer, and Mirrored<2> trains it as on
   CHECK(history["loss"].back() < history["loss"].front());
 }
 
+TEST_CASE("Bert under mixed precision: bf16 storage of the packed activations keeps the gradients close to float") {
+  using Small = Sequential<Bert<2, 64, 4, 128, 23, 6>, BertPooler<64, 6>, Dense<64, 2>>;
+  Small model(5);
+  Rng rng(6);
+  int const n = 40;  // ten chunks of 4 samples of 6 tokens in bf16
+  Matrix ids = Matrix::Zero(6, n), classes(1, n);
+  for (int s = 0; s < n; ++s) {
+    int const length = 2 + int(rng() % 5);
+    for (int t = 0; t < length; ++t) ids(t, s) = float(t == 0 ? 2 : (t + 1 == length ? 3 : 5 + int(rng() % 18)));
+    classes(0, s) = float(s % 2);
+  }
+  nn::ForwardContext const training{.training = true, .seed = 11, .first_sample = 0};
+  std::vector<float> grads[2];
+  int k = 0;
+  auto run = [&](auto& ws) {
+    model.forward(ws, model.parameters().data(), view(ids), training);
+    SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(classes), ws.output_gradient(), 1.0f);
+    model.backward(ws, model.parameters().data(), model.gradients().data(), view(ids), false);
+    grads[k++].assign(model.gradients().begin(), model.gradients().end());
+  };
+  Small::Workspace<CpuBackend> full(n);
+  Small::Workspace<CpuBackend, bf16> half(n);
+  run(full);
+  run(half);
+  Eigen::Map<Vector const> g32(grads[0].data(), Eigen::Index(grads[0].size())), g16(grads[1].data(), Eigen::Index(grads[1].size()));
+  CHECK((g16 - g32).norm() / g32.norm() < 0.05);
+  CHECK((g16 - g32).norm() > 0.0);  // it really ran in 16 bits
+  CHECK(half.activation_bytes() < full.activation_bytes());
+}
+
 // ---------------------------------------------------------------- real data
 
 namespace {
