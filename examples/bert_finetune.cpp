@@ -33,12 +33,8 @@ constexpr int max_length = 64;
 using Model = strata::Sequential<strata::Bert<6, 384, 12, 1536, 30522, max_length>, strata::BertPooler<384, max_length>,
                                  strata::Dropout, strata::Dense<384, 2>>;
 
-// Token ids as the model's input: one column of max_length ids per sentence.
 strata::data::Dataset encode(strata::data::BertTokenizer const& tokenizer, strata::data::TextDataset const& text) {
-  auto const encodings = tokenizer.encode(text.texts, max_length);
-  strata::Matrix ids(max_length, Eigen::Index(text.size()));
-  for (std::size_t i = 0; i < encodings.ids.size(); ++i) ids.data()[i] = float(encodings.ids[i]);
-  return {std::move(ids), std::vector<std::int32_t>(text.labels.begin(), text.labels.end())};
+  return tokenizer.encode(text.texts, max_length).to_dataset(text.labels);
 }
 
 // One line per epoch under the progress bar.

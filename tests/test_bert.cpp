@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "message_of.hpp"
 #include "real_data_main.hpp"
 #include "strata.hpp"
 #include "strata/io/huggingface.hpp"
@@ -121,15 +122,6 @@ Matrix token_ids(std::vector<std::vector<int>> const& samples, int max_length) {
   return m;
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (std::exception const& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 
 #include "strata/data/text_dataset.hpp"
 #include "strata/text.hpp"
+#include "message_of.hpp"
 #include "real_data_main.hpp"
 
 using namespace strata;
@@ -28,14 +29,6 @@ using data::BertTokenizer;
 
 namespace {
 
-std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (std::exception const& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
 
 std::vector<std::string> small_vocabulary() {
   return {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "aff", "able", "a", "##a", "the",
@@ -205,6 +198,11 @@ TEST_CASE("encode: [CLS] ... [SEP], truncation, padding, mask and lengths; the s
   CHECK(std::vector<std::int32_t>(e.ids_of(1).begin(), e.ids_of(1).end()) == std::vector<std::int32_t>{2, 5, 6, 7, 3});
   CHECK(std::vector<std::int32_t>(e.ids_of(2).begin(), e.ids_of(2).end()) == std::vector<std::int32_t>{2, 3, 0, 0, 0});
   CHECK(e.lengths == std::vector<std::int32_t>{4, 5, 2});
+  auto const d = e.to_dataset(std::vector<int>{0, 1, 0});  // the model's input: ids as floats, a column per sequence
+  CHECK(d.size() == 3);
+  CHECK(d.features().data[5] == 2.0f);  // sequence 1 starts with [CLS]
+  CHECK(d.features().data[6] == 5.0f);
+  CHECK_THROWS_AS(e.to_dataset(std::vector<int>{0, 1}), DataError);
   std::vector<std::string> many;
   for (int i = 0; i < 1000; ++i) many.push_back(i % 3 ? "hello unaffable, world!" : "the cafe ab " + std::string(i % 7, 'a'));
   auto const one = t.encode(many, 12, 1), four = t.encode(many, 12, 4);

@@ -29,10 +29,7 @@ using Model = strata::Sequential<strata::Bert<6, 384, 12, 1536, 30522, max_lengt
 using Clock = std::chrono::steady_clock;
 
 strata::data::Dataset encode(strata::data::BertTokenizer const& tokenizer, strata::data::TextDataset const& text) {
-  auto const encodings = tokenizer.encode(text.texts, max_length);
-  strata::Matrix ids(max_length, Eigen::Index(text.size()));
-  for (std::size_t i = 0; i < encodings.ids.size(); ++i) ids.data()[i] = float(encodings.ids[i]);
-  return {std::move(ids), std::vector<std::int32_t>(text.labels.begin(), text.labels.end())};
+  return tokenizer.encode(text.texts, max_length).to_dataset(text.labels);
 }
 
 struct StepTimes {

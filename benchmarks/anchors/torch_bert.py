@@ -73,6 +73,17 @@ def make_optimizer(model, lr, total_steps):
     return optimizer, get_linear_schedule_with_warmup(optimizer, total_steps // 10, total_steps)
 
 
+def train_step(model, data, take, optimizer, schedule, autocast):
+    """One optimizer step on the samples `take` of `data`."""
+    ids, mask, labels = data
+    with autocast:
+        loss = model(input_ids=ids[take], attention_mask=mask[take], labels=labels[take]).loss
+    loss.backward()
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad()
+
+
 def evaluate(model, data, batch):
     ids, mask, labels = data
     model.eval()
@@ -101,8 +112,7 @@ def main():
     train, dev, dev_checksum = load(args.model, args.polarity, 64)
     model = BertForSequenceClassification.from_pretrained(args.model, num_labels=2, torch_dtype=torch.float32)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16")
-    ids, mask, labels = train
-    n, batch = len(labels), args.batch_size
+    n, batch = len(train[2]), args.batch_size
     steps_per_epoch = (n + batch - 1) // batch
     result = {"system": "torch", "dtype": args.dtype, "threads": args.threads, "torch": torch.__version__,
               "train": n, "dev": len(dev[2]), "dev_index_sum": dev_checksum}
@@ -117,13 +127,7 @@ def main():
             order = torch.randperm(n, generator=generator)
             start = time.perf_counter()
             for first in range(0, n, batch):
-                take = order[first:first + batch]
-                with autocast:
-                    loss = model(input_ids=ids[take], attention_mask=mask[take], labels=labels[take]).loss
-                loss.backward()
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad()
+                train_step(model, train, order[first:first + batch], optimizer, schedule, autocast)
             seconds = time.perf_counter() - start
             with autocast:
                 accuracy = evaluate(model, dev, 64)
@@ -134,14 +138,8 @@ def main():
         model.train()
         times = []
         for step in range(args.steps + 2):  # the first two are warm-up
-            take = torch.arange(step * batch, (step + 1) * batch) % n
             start = time.perf_counter()
-            with autocast:
-                loss = model(input_ids=ids[take], attention_mask=mask[take], labels=labels[take]).loss
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            train_step(model, train, torch.arange(step * batch, (step + 1) * batch) % n, optimizer, schedule, autocast)
             times.append(time.perf_counter() - start)
         times = sorted(times[2:])
         result["train_sequences_per_s"] = batch / times[len(times) // 2]

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/data/dataset.hpp"
 #include "strata/data/file_reader.hpp"
 #include "strata/data/unicode.hpp"
 #include "strata/io/json.hpp"
@@ -64,6 +65,16 @@ struct Encodings {
 
   std::span<std::int32_t const> ids_of(std::size_t i) const { return {ids.data() + i * max_length, max_length}; }
   std::span<std::uint8_t const> mask_of(std::size_t i) const { return {attention_mask.data() + i * max_length, max_length}; }
+
+  // The sequences as a model's input (one column of max_length ids per sequence, as floats:
+  // what Embedding and Bert read) with one class label each.
+  Dataset to_dataset(std::span<int const> labels) const {
+    if (labels.size() != count)
+      throw DataError(strata::detail::message("Encodings::to_dataset: ", labels.size(), " labels for ", count, " sequences"));
+    Matrix features(static_cast<Eigen::Index>(max_length), static_cast<Eigen::Index>(count));
+    std::copy(ids.begin(), ids.end(), features.data());
+    return {std::move(features), std::vector<std::int32_t>(labels.begin(), labels.end())};
+  }
 };
 
 class BertTokenizer {

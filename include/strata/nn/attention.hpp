@@ -4,7 +4,7 @@
 //
 //   Q = Wq x + bq,  K = Wk x + bk,  V = Wv x + bv                     (Hidden x tokens)
 //   per sample and head h (d = Hidden / Heads rows of each):
-//     P_h = softmax over keys of (K_h^T Q_h / sqrt(d)), keys past the sample's length masked
+//     P_h = softmax over the sample's keys of (K_h^T Q_h / sqrt(d))
 //     C_h = V_h dropout(P_h)
 //   y = Wo C + bo
 //
@@ -36,8 +36,8 @@
 namespace strata::nn {
 
 // What attention's core is given: the projections (Hidden x tokens each), the kept
-// probabilities and dropout mask (length x (tokens x heads): one length x length block per
-// sample and head), and the geometry.
+// probabilities and dropout mask (one n x n block per sample of n tokens and head, one after
+// another), and the geometry (`length`: the largest number of tokens of a sample).
 struct AttentionViews {
   MatrixView q, k, v, context;
   MatrixView probabilities, dropout_mask;

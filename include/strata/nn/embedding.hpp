@@ -5,9 +5,9 @@
 //   y(:, token t of sample s) = word[id] + position[t] + segment[0]
 //
 // so a sample's one input column becomes MaxLen output columns (or, with pad_id set, only
-// its tokens before the padding: Bert's packed layout, which skips the padding's work). Every token is in segment
-// 0 (single-sentence input; sentence pairs are not supported yet), but the segment table is
-// there to load and train, as BERT's checkpoints have it. The tables are stored a row per
+// its tokens before the padding: Bert's packed layout, which skips the padding's work).
+// Every token is in segment 0 (single-sentence input; sentence pairs are not supported
+// yet), but the segment table is there to load and train, as BERT's checkpoints have it. The tables are stored a row per
 // id, exactly as Hugging Face's (Vocab, Hidden) tensors.
 //
 // Backward touches only the rows of the ids in the batch (a scatter-add, in token order,

@@ -88,8 +88,6 @@ constexpr auto scratch_of(int width, int columns) {
 template <class L>
 inline constexpr std::size_t scratch_count = scratch_of<L>(1, 1).size();
 
-// Columns per sample of a layer's output for `columns` per sample of its input: a layer
-// that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
 // Whether a layer's input holds integer ids that must reach it exactly (an embedding's).
 template <class L>
 inline constexpr bool takes_ids = [] {
@@ -97,6 +95,8 @@ inline constexpr bool takes_ids = [] {
   else return false;
 }();
 
+// Columns per sample of a layer's output for `columns` per sample of its input: a layer
+// that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
 template <class L>
 constexpr int output_columns_of(int columns) {
   if constexpr (requires { L::output_columns(columns); }) return L::output_columns(columns);
