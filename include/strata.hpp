@@ -10,6 +10,7 @@
 #include "strata/nn.hpp"
 #include "strata/optim.hpp"
 #include "strata/policy.hpp"
+#include "strata/profile.hpp"
 #include "strata/strategy.hpp"
 #include "strata/train.hpp"
 
@@ -96,6 +97,9 @@ using train::FitOptions;
 using train::History;
 using train::LossScaleState;
 using train::ModelCheckpoint;
+using profile::Profiler;
+using profile::ProfilerOptions;
+using profile::TraceWriter;
 using train::MonitorMode;
 using train::ProgressBar;
 using train::TrainBegin;

@@ -10,6 +10,7 @@
 // rank, so every rank issues the same collectives in the same order.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -99,6 +100,14 @@ class BucketedAllReduce {
 
   [[nodiscard]] BucketPlan const& plan() const { return plan_; }
 
+  // When each bucket's collective of the last finished step began and ended, for profiling
+  // (profile/). Off by default: then reduce() reads no clock.
+  struct Timing {
+    std::chrono::steady_clock::time_point begin{}, end{};
+  };
+  void time_buckets(bool on) { timings_.assign(on ? plan_.buckets().size() : 0, Timing{}); }
+  [[nodiscard]] std::span<Timing const> timings() const { return timings_; }
+
   void layer_done(std::size_t layer) {
     if (overlap_ == Overlap::after_backward) return;
     std::size_t const b = plan_.bucket_of_layer(layer);
@@ -135,7 +144,13 @@ class BucketedAllReduce {
 
   void reduce(std::size_t b) {
     Bucket const& bucket = plan_.buckets()[b];
+    if (timings_.empty()) {
+      comm_->all_reduce(gradients_.subspan(bucket.begin, bucket.size()), op_);
+      return;
+    }
+    timings_[b].begin = std::chrono::steady_clock::now();
     comm_->all_reduce(gradients_.subspan(bucket.begin, bucket.size()), op_);
+    timings_[b].end = std::chrono::steady_clock::now();
   }
 
   // The communication thread: reduces buckets in plan order as backward issues them.
@@ -171,6 +186,7 @@ class BucketedAllReduce {
   Overlap overlap_;
   std::thread worker_;
   std::exception_ptr error_;
+  std::vector<Timing> timings_;  // written by whichever thread reduces; read after finish()
   alignas(64) std::atomic<std::uint32_t> issued_{0};  // buckets backward has completed this step
   alignas(64) std::atomic<std::uint32_t> done_{0};    // buckets reduced this step
   alignas(64) std::atomic<std::uint32_t> ready_{0};   // steps finished

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <numbers>
 #include <span>
 #include <string_view>
@@ -144,6 +145,15 @@ struct Scheduled {
 template <Optimizer Opt, Schedule S>
 Scheduled<Opt, S> scheduled(Opt optimizer, S schedule) {
   return {std::move(optimizer), schedule};
+}
+
+// The learning rate of optimizer step `step` (0-based: steps already applied), schedule
+// included; NaN for an optimizer with no `lr`. What monitoring logs as "learning_rate".
+template <class Opt>
+double learning_rate(Opt const& optimizer, std::int64_t step) {
+  if constexpr (requires { optimizer.schedule(step); }) return learning_rate(optimizer.optimizer, step) * double(optimizer.schedule(step));
+  else if constexpr (requires { optimizer.lr; }) return double(optimizer.lr);
+  else return std::numeric_limits<double>::quiet_NaN();
 }
 
 // The linear-scaling rule (Goyal et al. 2017): when the global batch grows k-fold, grow the

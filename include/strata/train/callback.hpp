@@ -5,15 +5,20 @@
 //   on_batch_end(BatchLogs const&)   -> void or bool
 //   on_epoch_end(EpochLogs const&)   -> void or bool
 //   on_train_end(History const&)
+//   on_step_profile(profile::StepProfile const&)   after every batch's step, before on_batch_end
+//   on_profile(profile::RunProfile const&)         at the end of fit, every worker's spans
 // A hook that returns true stops training (after the current batch or epoch).
 //
 // The begin/end hooks may also take the run's io::TrainingState& as a second argument
 // (the weights, optimizer state and progress): checkpoint callbacks save it, and
 // BackupAndRestore loads into it in on_train_begin, which is where fit resumes from.
+// A callback with a profiling hook (profile/run_profile.hpp) turns the step's probe on;
+// without one, fit reads no clock in its steps.
 
 #include <type_traits>
 
 #include "strata/io/training_state.hpp"
+#include "strata/profile/run_profile.hpp"
 #include "strata/train/logs.hpp"
 
 namespace strata::train {
@@ -27,7 +32,8 @@ concept Callback = requires(C& c) { c.on_train_begin(TrainBegin{}); } ||
                    requires(C& c) { c.on_epoch_end(EpochLogs{}); } ||
                    requires(C& c, io::TrainingState& s) { c.on_epoch_end(EpochLogs{}, s); } ||
                    requires(C& c) { c.on_train_end(History{}); } ||
-                   requires(C& c, io::TrainingState& s) { c.on_train_end(History{}, s); };
+                   requires(C& c, io::TrainingState& s) { c.on_train_end(History{}, s); } ||
+                   profile::ProfilingCallback<C>;
 
 namespace detail {
 
@@ -57,7 +63,8 @@ template <class... Cs>
 struct Callbacks {
   static_assert((Callback<Cs> && ...),
                 "strata::Trainer::fit: an argument after the options is not a callback; a callback needs at least one "
-                "of on_train_begin, on_epoch_begin, on_batch_end, on_epoch_end, on_train_end");
+                "of on_train_begin, on_epoch_begin, on_batch_end, on_epoch_end, on_train_end, on_step_profile, "
+                "on_profile");
 
   void train_begin(TrainBegin const& info, io::TrainingState& state, Cs&... cs) const {
     (STRATA_CALL_HOOK(on_train_begin, cs, info, state), ...);
@@ -77,6 +84,12 @@ struct Callbacks {
   }
   void train_end(History const& history, io::TrainingState& state, Cs&... cs) const {
     (STRATA_CALL_HOOK(on_train_end, cs, history, state), ...);
+  }
+  void step_profile(profile::StepProfile const& step, Cs&... cs) const {
+    (([&] { if constexpr (requires { cs.on_step_profile(step); }) cs.on_step_profile(step); }()), ...);
+  }
+  void profile(profile::RunProfile const& run, Cs&... cs) const {
+    (([&] { if constexpr (requires { cs.on_profile(run); }) cs.on_profile(run); }()), ...);
   }
 };
 

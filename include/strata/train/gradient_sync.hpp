@@ -210,6 +210,11 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
   [[nodiscard]] int num_replicas_in_sync() const { return world_; }
   [[nodiscard]] int first_replica() const { return first_; }
   [[nodiscard]] comm::BucketPlan const& bucket_plan() const { return buckets_[0]->plan(); }
+  // Profiling (profile/): each bucket's collective times, for replica r's last reduction.
+  void time_buckets(bool on) {
+    for (auto& b : buckets_) b->time_buckets(on);
+  }
+  [[nodiscard]] auto bucket_timings(int r) const { return buckets_[std::size_t(r)]->timings(); }
 
   // A communicator that crosses processes (comm::WorkerCommunicator) makes every process's
   // weights and optimizer state the chief's (share_from_chief above).

@@ -76,12 +76,14 @@ class ReplicaPass<Model, policy::Cpu, T> {
 
   // Forward, loss and backward on `shard` with the weights `params`, writing (or, when
   // `accumulate`, adding) the gradients to `gradients`; layer_done(l) as each layer's
-  // gradients are final. Returns the shard's loss and correct counts.
-  template <class LossFn, class LayerDone>
+  // gradients are final, forward_done() between forward and backward (a profiling mark).
+  // Returns the shard's loss and correct counts.
+  template <class LossFn, class LayerDone, class ForwardDone>
   Tally train(Model const& model, float const* params, LossFn const& loss, strategy::Shard const& shard, bool /*staged*/,
               strategy::Shard const* /*next*/, nn::ForwardContext const& context, float loss_scale, float* gradients,
-              bool accumulate, LayerDone&& layer_done) {
+              bool accumulate, LayerDone&& layer_done, ForwardDone&& forward_done) {
     Tally const tally = forward_shard<backend>(model, workspace_, params, loss, shard, context, loss_scale);
+    forward_done();
     model.template backward<backend>(workspace_, params, gradients, shard.features, accumulate, layer_done);
     return tally;
   }

@@ -46,13 +46,14 @@ class ReplicaPass<Model, policy::Cuda, T> {
   // Binds this replica's context to the calling thread for the duration of its task.
   [[nodiscard]] cuda::ContextBinding bind() { return cuda::ContextBinding(replica_->context); }
 
-  template <class LossFn, class LayerDone>
+  template <class LossFn, class LayerDone, class ForwardDone>
   Tally train(Model const& model, float const* params, LossFn const& loss, strategy::Shard const& shard, bool staged,
               strategy::Shard const* next, nn::ForwardContext const& context, float loss_scale, float* gradients,
-              bool accumulate, LayerDone&& layer_done) {
+              bool accumulate, LayerDone&& layer_done, ForwardDone&& forward_done) {
     strategy::Shard const on_device = staged ? replica_->take() : replica_->upload(shard);
     CudaBackend::defer_sums();  // the sums are read once, after backward and the next upload are enqueued
     Tally tally = forward_shard<CudaBackend>(model, *workspace_, params, loss, on_device, context, loss_scale);
+    forward_done();
     model.template backward<CudaBackend>(*workspace_, params, gradients, on_device.features, accumulate, layer_done);
     return finish(tally, next);
   }

@@ -20,6 +20,9 @@
 // gradients and optimizer state stay in float. (On Cuda the GEMMs round their operands.)
 //
 // No allocation, lock or type-erased call happens inside a step.
+//
+// `Probe` times the step's phases for profiling (profile/probe.hpp). The default, NoProbe,
+// reads no clock and stores nothing: a run without profiling is the same code as before.
 
 #include <algorithm>
 #include <array>
@@ -37,6 +40,8 @@
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/optim/optimizer.hpp"
+#include "strata/profile/memory.hpp"
+#include "strata/profile/probe.hpp"
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/strategy.hpp"
 #include "strata/strategy/worker_input.hpp"
@@ -50,7 +55,8 @@ namespace strata::train {
 
 // `Sync` defaults to the strategy's sync on the device; a test or a strategy in the making
 // may name another (CommunicatorSync over threads is checked against ThreadSync so).
-template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Sync = gradient_sync_t<Config>>
+template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Sync = gradient_sync_t<Config>,
+          class Probe = profile::NoProbe>
 class StepRunner : public StepProgress<Config> {
  public:
   using device = typename Config::device;
@@ -75,6 +81,7 @@ class StepRunner : public StepProgress<Config> {
     int const shard = strategy::max_shard_size(global_batch_size, world);
     passes_.reserve(num_replicas);
     for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard, sync_.device_of(r));
+    if constexpr (Probe::enabled && requires { sync_.time_buckets(true); }) sync_.time_buckets(true);
   }
 
   // One global batch (one micro-batch under GradAccum<K>). Returns the summed loss and
@@ -106,10 +113,14 @@ class StepRunner : public StepProgress<Config> {
       std::optional<strategy::Shard> ahead;
       if constexpr (Pass::copies_ahead)
         if (following) ahead = following->shard(first + r);
-      tallies_[std::size_t(r)] =
-          pass.train(*model_, update_.forward_weights(r), loss_, shard, staged, ahead ? &*ahead : nullptr,
-                     {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale, sync_.gradients(r),
-                     micro.accumulate, [&](std::size_t layer) { sync_.layer_done(r, layer); });
+      auto const begin = probe_.now();
+      decltype(probe_.now()) forward_end{};
+      tallies_[std::size_t(r)] = pass.train(
+          *model_, update_.forward_weights(r), loss_, shard, staged, ahead ? &*ahead : nullptr,
+          {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale, sync_.gradients(r), micro.accumulate,
+          [&](std::size_t layer) { sync_.layer_done(r, layer); }, [&] { forward_end = probe_.now(); });
+      probe_.record(r, profile::Phase::forward, begin, forward_end);
+      probe_.record(r, profile::Phase::backward, forward_end, probe_.now());
       if (micro.apply) update_owned_slice(r);
     };
     try {
@@ -165,6 +176,27 @@ class StepRunner : public StepProgress<Config> {
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return update_.state(); }
   [[nodiscard]] Sync& gradient_sync() { return sync_; }
   [[nodiscard]] Pass& replica_pass(int r) { return passes_[std::size_t(r)]; }
+  [[nodiscard]] Probe& probe() { return probe_; }
+
+  // What this process holds for the run (profile/memory.hpp); the process figures are left
+  // to profile::read_process_memory.
+  [[nodiscard]] profile::Memory memory() {
+    profile::Memory m;
+    std::int64_t const floats = std::int64_t(model_->parameters().size());
+    m.arena = floats * std::int64_t(sizeof(float)) * (1 + num_replicas);  // weights, one gradient arena per replica
+    update_.state().for_each_slot([&](char const*, AlignedBuffer& slot) {
+      m.arena += std::int64_t(slot.size() * sizeof(float));
+    });
+    if constexpr (!std::is_same_v<compute_type, float>) m.arena += floats * std::int64_t(sizeof(float));  // rounded copy
+    for (Pass& pass : passes_) {
+      if constexpr (requires { pass.workspace().bytes(); }) {
+        m.activations += std::int64_t(pass.workspace().activation_bytes());
+        m.workspaces += std::int64_t(pass.workspace().bytes());
+      }
+      if constexpr (requires { pass.device_memory_used(); }) m.device = std::int64_t(pass.device_memory_used());
+    }
+    return m;
+  }
 
   // The GEMM precision of every replica, where the device has a choice (Cuda: TF32 for a
   // FullPrecision run, cuda::GemmPrecision::tf32).
@@ -176,10 +208,24 @@ class StepRunner : public StepProgress<Config> {
 
  private:
   void update_owned_slice(int r) {
+    auto const begin = probe_.now();
     sync_.gradients_ready(r);
+    auto const ready = probe_.now();
     floats_reduced_[std::size_t(r)].value +=
         update_.run(r, sync_, this->gradient_scale(), this->step_ + 1,
                     [&](double squared_norm) { return this->decide(squared_norm, r); });
+    probe_.record(r, profile::Phase::gradient_wait, begin, ready);
+    probe_.record(r, profile::Phase::update, ready, probe_.now());
+    if constexpr (Probe::enabled && requires { sync_.bucket_timings(r); }) record_buckets(r);
+  }
+
+  // Each bucket's collective of replica r's last reduction, on its communication track.
+  void record_buckets(int r) {
+    auto const timings = sync_.bucket_timings(r);
+    auto const buckets = sync_.bucket_plan().buckets();
+    for (std::size_t b = 0; b < timings.size(); ++b)
+      probe_.record(r, profile::Phase::all_reduce, probe_.at(timings[b].begin), probe_.at(timings[b].end), int(b),
+                    std::int64_t(buckets[b].size() * sizeof(float)));
   }
 
   // What identifies the batch whose shards are staged: where its data is, its size and index.
@@ -203,6 +249,7 @@ class StepRunner : public StepProgress<Config> {
   std::array<Tally, num_replicas> tallies_{};
   std::array<OnCacheLine<std::int64_t>, num_replicas> floats_reduced_{};
   BatchKey staged_{};  // the batch whose shards the replicas staged for the next call
+  [[no_unique_address]] Probe probe_{};
 };
 
 }  // namespace strata::train

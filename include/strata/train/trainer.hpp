@@ -22,10 +22,14 @@
 #include "strata/data/dataset.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/optim/optimizer.hpp"
+#include "strata/optim/schedule.hpp"
 #include "strata/policy/config.hpp"
 #include "strata/strategy/epoch_input.hpp"
 #include "strata/strategy/strategy.hpp"
 #include "strata/io/training_state.hpp"
+#include "strata/profile/memory.hpp"
+#include "strata/profile/probe.hpp"
+#include "strata/profile/run_profile.hpp"
 #include "strata/train/callback.hpp"
 #include "strata/train/evaluator.hpp"
 #include "strata/train/logs.hpp"
@@ -55,8 +59,8 @@ template <class Config>
 class BasicTrainer {
   // One step runner and one evaluator for every device: their parts are chosen by the
   // device tag (strata/cuda.hpp brings the Cuda ones).
-  template <class Model, class Opt, class LossFn>
-  using RunnerFor = StepRunner<Config, Model, Opt, LossFn>;
+  template <class Model, class Opt, class LossFn, class Probe = profile::NoProbe>
+  using RunnerFor = StepRunner<Config, Model, Opt, LossFn, gradient_sync_t<Config>, Probe>;
   template <class Model>
   using ValidatorFor = Evaluator<Config, Model>;
 
@@ -116,8 +120,12 @@ class BasicTrainer {
                    Cs&&... callbacks) {
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
     if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
-    RunnerFor<Model, Opt, LossFn> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
-                                      {options.clip_global_norm});
+    // Profiling callbacks turn the probe on; otherwise it is NoProbe, which reads no clock.
+    constexpr bool profiled = (profile::ProfilingCallback<std::remove_cvref_t<Cs>> || ...);
+    using Probe = std::conditional_t<profiled, profile::Probe<num_replicas>, profile::NoProbe>;
+    RunnerFor<Model, Opt, LossFn, Probe> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
+                                                {options.clip_global_norm});
+    Probe& probe = runner.probe();
     std::optional<ValidatorFor<Model>> validator;
     if (options.validation) validator.emplace(strategy_, model, options.batch_size);
 
@@ -145,6 +153,8 @@ class BasicTrainer {
     });
     runner.resume(start.step, start.micro_batches, start.loss_scale);
     History history = History::from_map(start.history);
+    profile::RunProfile run;  // profiled: this process's spans so far
+    if constexpr (profiled) probe.start(profile::Clock::now(), strategy_.processes().process());  // after a collective
 
     bool stop = false;
     for (int epoch = int(start.epoch); epoch < options.epochs && !stop; ++epoch) {
@@ -163,16 +173,26 @@ class BasicTrainer {
       Tally job_tally = job_total(strategy_.processes(), epoch_tally);
       BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream.batches(), 0.0, std::nullopt, 0.0};
       report<LossFn>(job_tally, logs);
+      auto fetch_begin = probe.now();
       for (strategy::StepBatch const *step = stream.next(), *next = nullptr; step; step = next) {
+        probe.set_step(runner.micro_batches());
         next = stream.next();
+        auto const step_begin = probe.now();
+        probe.record(-1, profile::Phase::data_wait, fetch_begin, step_begin);
         epoch_tally += runner.train_on_batch(*step->batch, next ? next->batch : nullptr, step->part);
+        probe.record(-1, profile::Phase::step, step_begin, probe.now());
         job_tally = job_total(strategy_.processes(), epoch_tally);
         logs.step = step->batch->index + 1;
         report<LossFn>(job_tally, logs);
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, job_tally);
         if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
-        if (strategy_.agree([&] { return hooks.batch_end(logs, state, callbacks...); })) {
+        if constexpr (profiled) profile_step(runner, run, epoch, hooks, callbacks...);
+        auto const callbacks_begin = probe.now();
+        bool const stopping = strategy_.agree([&] { return hooks.batch_end(logs, state, callbacks...); });
+        probe.record(-1, profile::Phase::callbacks, callbacks_begin, probe.now());
+        fetch_begin = probe.now();
+        if (stopping) {
           stop = true;
           break;
         }
@@ -181,7 +201,9 @@ class BasicTrainer {
       runner.sync_to_host();  // validation and the epoch's callbacks read the host weights
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
       if (validator) {
+        auto const validation_begin = probe.now();
         Evaluation const v = validator->evaluate(loss, *options.validation);
+        probe.record(-1, profile::Phase::validation, validation_begin, probe.now());
         epoch_logs.val_loss = v.loss;
         epoch_logs.val_accuracy = v.accuracy;
       }
@@ -191,6 +213,7 @@ class BasicTrainer {
       state.progress.history = history.to_map();
       stop |= strategy_.agree([&] { return hooks.epoch_end(epoch_logs, state, callbacks...); });
     }
+    if constexpr (profiled) profile_run(runner, run, runner.micro_batches() - start.micro_batches, hooks, callbacks...);
     strategy_.agree([&] {
       hooks.train_end(history, state, callbacks...);
       return false;
@@ -198,6 +221,44 @@ class BasicTrainer {
     return history;
   }
 
+  // After a profiled step: its spans to the profiling callbacks, with the memory, learning
+  // rate and loss scale of this moment.
+  template <class Runner, class Hooks, class... Cs>
+  void profile_step(Runner& runner, profile::RunProfile& run, int epoch, Hooks const& hooks, Cs&... callbacks) {
+    std::size_t const first = run.spans.size();
+    runner.probe().drain(run.spans);
+    profile::StepProfile step{epoch,
+                              runner.micro_batches(),
+                              std::span<profile::Span const>(run.spans).subspan(first),
+                              runner.memory(),
+                              optim::learning_rate(runner.optimizer(), runner.optimizer_steps()),
+                              std::nullopt,
+                              num_replicas_in_sync()};
+    if (auto const scale = runner.loss_scale()) step.loss_scale = scale->scale;
+    profile::read_process_memory(step.memory);
+    hooks.step_profile(step, callbacks...);
+  }
+
+  // At the end of a profiled fit: every worker's spans and memory, merged, to the profiling
+  // callbacks on every worker (collective).
+  template <class Runner, class Hooks, class... Cs>
+  void profile_run(Runner& runner, profile::RunProfile& run, std::int64_t steps, Hooks const& hooks, Cs&... callbacks) {
+    auto& processes = strategy_.processes();
+    runner.probe().drain(run.spans);
+    run.workers = processes.processes();
+    run.local_replicas = num_replicas;
+    run.world = num_replicas_in_sync();
+    run.config = Config::describe();
+    run.steps = steps;
+    profile::Memory memory = runner.memory();
+    profile::read_process_memory(memory);
+    run.memory = profile::gather_all(processes, std::vector<profile::Memory>{memory});
+    run.spans = profile::gather_all(processes, run.spans);
+    strategy_.agree([&] {
+      hooks.profile(run, callbacks...);
+      return false;
+    });
+  }
 
   static void check_options(FitOptions const& options) {
     check_runnable<Config>();

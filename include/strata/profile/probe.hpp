@@ -1,0 +1,124 @@
+#pragma once
+// What a profiled training step records, and the probe that records it.
+//
+// A step is timed by a probe type chosen at compile time: `NoProbe` (the default) has empty
+// inline members and a stamp with no state, so a run without profiling compiles to the same
+// step as before (scripts/count-step-instructions counts it); `Probe<Replicas>` reads the
+// steady clock at each phase boundary and appends one Span per phase to the buffer of the
+// thread that ran it. Each replica thread writes only its own buffer, and the trainer drains
+// them between steps, so recording takes no lock.
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/core/aligned_buffer.hpp"
+
+namespace strata::profile {
+
+using Clock = std::chrono::steady_clock;
+
+// The parts of a step. Replica phases run on replica threads; all_reduce on a replica's
+// communication thread (one span per gradient bucket); the rest on the training loop.
+enum class Phase : std::uint8_t {
+  data_wait,      // the loop waiting for the next batch (the input pipeline)
+  step,           // the whole train_on_batch call, all replicas
+  forward,        // forward pass and loss of one replica
+  backward,       // backward pass of one replica
+  gradient_wait,  // after backward, until every gradient is readable (other replicas, buckets in flight)
+  update,         // the reduction of the owned slice and the optimizer's update of it
+  all_reduce,     // one gradient bucket's collective
+  callbacks,      // the callbacks' on_batch_end
+  validation,     // evaluation on FitOptions::validation at the end of an epoch
+};
+inline constexpr int phase_count = 9;
+
+inline char const* name_of(Phase p) {
+  constexpr std::array<char const*, phase_count> names = {"data wait", "step",     "forward",   "backward", "gradient wait",
+                                                          "update",    "all-reduce", "callbacks", "validation"};
+  return names[std::size_t(p)];
+}
+
+// One timed interval. Times are nanoseconds since the run's origin on this process.
+struct Span {
+  std::int64_t begin_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t step = 0;     // the micro-batch of the run it belongs to (0-based)
+  std::int64_t bytes = 0;    // all_reduce: bytes of the bucket
+  std::int32_t worker = 0;   // the process (MultiWorkerMirrored rank)
+  std::int16_t replica = -1; // local replica; -1: the training loop
+  std::int16_t bucket = -1;  // all_reduce: the bucket's index in the plan
+  Phase phase = Phase::step;
+
+  [[nodiscard]] double seconds() const { return double(end_ns - begin_ns) * 1e-9; }
+};
+
+// Nanoseconds since `origin`.
+inline std::int64_t since(Clock::time_point origin, Clock::time_point t = Clock::now()) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin).count();
+}
+
+// The probe of a run without profiling: nothing is read, nothing is stored.
+struct NoProbe {
+  static constexpr bool enabled = false;
+  struct Stamp {};
+  static Stamp now() { return {}; }
+  static void record(int, Phase, Stamp, Stamp) {}
+  static void set_step(std::int64_t) {}
+};
+
+// The probe of a profiled run with `Replicas` replica threads in this process.
+template <int Replicas>
+class Probe {
+ public:
+  static constexpr bool enabled = true;
+  using Stamp = std::int64_t;
+
+  Probe() {
+    for (auto& spans : replicas_) spans.value.reserve(64);  // a step's spans: no allocation while it runs
+    loop_.reserve(16);
+  }
+
+  // `origin`: time zero of the run; `worker`: this process.
+  void start(Clock::time_point origin, int worker) {
+    origin_ = origin;
+    worker_ = worker;
+  }
+
+  [[nodiscard]] Stamp now() const { return since(origin_); }
+  [[nodiscard]] Stamp at(Clock::time_point t) const { return since(origin_, t); }
+  [[nodiscard]] Clock::time_point origin() const { return origin_; }
+  [[nodiscard]] int worker() const { return worker_; }
+
+  // The step the following spans belong to (the loop sets it before the step runs).
+  void set_step(std::int64_t step) { step_ = step; }
+
+  // By replica thread `replica` (-1: the training loop) only.
+  void record(int replica, Phase phase, Stamp begin, Stamp end, int bucket = -1, std::int64_t bytes = 0) {
+    Span const s{begin, end, step_, bytes, worker_, std::int16_t(replica), std::int16_t(bucket), phase};
+    (replica < 0 ? loop_ : replicas_[std::size_t(replica)].value).push_back(s);
+  }
+
+  // Between steps, on the training loop: appends every span recorded since the last call to
+  // `out` and forgets them.
+  void drain(std::vector<Span>& out) {
+    auto move = [&](std::vector<Span>& spans) {
+      out.insert(out.end(), spans.begin(), spans.end());
+      spans.clear();
+    };
+    move(loop_);
+    for (auto& spans : replicas_) move(spans.value);
+  }
+
+ private:
+  Clock::time_point origin_ = Clock::now();
+  int worker_ = 0;
+  std::int64_t step_ = 0;
+  std::vector<Span> loop_;
+  std::array<OnCacheLine<std::vector<Span>>, Replicas> replicas_{};
+};
+
+}  // namespace strata::profile

@@ -1,0 +1,226 @@
+#pragma once
+// The figures of a profiled run: where each step's time went, per replica and per worker;
+// the latency, volume and bus bandwidth of the gradient collectives and how much of them was
+// hidden behind backward; and the memory high-water. `table()` prints them in the progress
+// bar's style.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "strata/profile/memory.hpp"
+#include "strata/profile/probe.hpp"
+#include "strata/profile/run_profile.hpp"
+
+namespace strata::profile {
+
+struct Percentiles {
+  double p50 = 0.0, p90 = 0.0, p99 = 0.0;
+};
+
+// Nearest-rank percentiles of `values` (sorted here).
+inline Percentiles percentiles(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  auto rank = [&](double p) {
+    auto const i = std::size_t(std::max(1.0, std::ceil(p * double(values.size()))));
+    return values[std::min(i, values.size()) - 1];
+  };
+  return {rank(0.50), rank(0.90), rank(0.99)};
+}
+
+// nccl-tests' bus bandwidth of an all-reduce of `bytes` over `ranks` ranks taking `seconds`:
+// the algorithm bandwidth (bytes / seconds) times 2 (ranks - 1) / ranks, the fraction of the
+// data each rank's link carries in a ring, so that it compares with the hardware's peak.
+inline double bus_bandwidth(double bytes, double seconds, int ranks) {
+  if (seconds <= 0.0 || ranks < 2) return 0.0;
+  return bytes / seconds * 2.0 * double(ranks - 1) / double(ranks);
+}
+
+struct PhaseTime {
+  Phase phase = Phase::step;
+  double seconds = 0.0;  // over the run; replica phases: the mean over replicas
+  [[nodiscard]] double ms_per_step(std::int64_t steps) const { return steps ? seconds * 1e3 / double(steps) : 0.0; }
+};
+
+// One replica's own phases, summed over the run.
+struct ReplicaTime {
+  int worker = 0, replica = 0;
+  double forward = 0.0, backward = 0.0, gradient_wait = 0.0, update = 0.0;
+};
+
+struct Collectives {
+  std::int64_t count = 0;     // bucket all-reduces, every replica's
+  std::int64_t buckets_per_step = 0;
+  double bytes_per_step = 0.0;  // one replica's buckets in one optimizer step
+  Percentiles latency_ms;
+  double bus_bandwidth = 0.0;   // bytes/s, median over the collectives
+  double hidden = 0.0;          // fraction of collective time that ran while its replica's backward did
+};
+
+struct Report {
+  int workers = 1, world = 1;
+  std::int64_t steps = 0;
+  double wall_seconds = 0.0;            // the chief's loop: data wait, steps, callbacks, validation
+  std::vector<PhaseTime> phases;        // in Phase order, those that occurred
+  std::vector<ReplicaTime> replicas;    // per worker and replica
+  std::optional<Collectives> collectives;  // none where replicas reduce in place (Mirrored on the CPU)
+  Memory memory;                        // the largest figure of any worker
+
+  [[nodiscard]] std::optional<double> seconds_of(Phase p) const {
+    for (auto const& t : phases)
+      if (t.phase == p) return t.seconds;
+    return std::nullopt;
+  }
+
+  // The summary printed at the end of fit.
+  [[nodiscard]] std::string table() const {
+    std::string out;
+    char line[256];
+    std::snprintf(line, sizeof line, "Profile - %d replica%s (%d worker%s) - %lld steps - %.2fs\n", world,
+                  world == 1 ? "" : "s", workers, workers == 1 ? "" : "s", static_cast<long long>(steps), wall_seconds);
+    out += line;
+    out += "  where the time went       ms/step    share\n";
+    for (PhaseTime const& t : phases) {
+      if (t.phase == Phase::all_reduce) continue;
+      bool const inner = t.phase != Phase::data_wait && t.phase != Phase::step && t.phase != Phase::callbacks &&
+                         t.phase != Phase::validation;
+      std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name_of(t.phase),
+                    t.ms_per_step(steps), wall_seconds > 0 ? 100.0 * t.seconds / wall_seconds : 0.0);
+      out += line;
+    }
+    if (replicas.size() > 1) {
+      auto const slowest = std::max_element(replicas.begin(), replicas.end(), [](auto const& a, auto const& b) {
+        return a.forward + a.backward < b.forward + b.backward;
+      });
+      auto const fastest = std::min_element(replicas.begin(), replicas.end(), [](auto const& a, auto const& b) {
+        return a.forward + a.backward < b.forward + b.backward;
+      });
+      auto ms = [&](ReplicaTime const& r) { return steps ? (r.forward + r.backward) * 1e3 / double(steps) : 0.0; };
+      std::snprintf(line, sizeof line, "  forward+backward per replica: %.3f ms (worker %d replica %d) to %.3f ms (worker %d replica %d)\n",
+                    ms(*fastest), fastest->worker, fastest->replica, ms(*slowest), slowest->worker, slowest->replica);
+      out += line;
+    }
+    if (collectives) {
+      Collectives const& c = *collectives;
+      std::snprintf(line, sizeof line,
+                    "  all-reduce - %lld bucket%s/step - p50 %.3fms - p90 %.3fms - p99 %.3fms - %s/step - bus %s/s - "
+                    "%.0f%% hidden behind backward\n",
+                    static_cast<long long>(c.buckets_per_step), c.buckets_per_step == 1 ? "" : "s", c.latency_ms.p50,
+                    c.latency_ms.p90, c.latency_ms.p99, bytes_text(c.bytes_per_step).c_str(),
+                    bytes_text(c.bus_bandwidth).c_str(), 100.0 * c.hidden);
+      out += line;
+    } else {
+      out += "  all-reduce - none: the replicas sum each other's gradients in place\n";
+    }
+    std::snprintf(line, sizeof line, "  memory - peak RSS %s - arena %s - activations %s - workspaces %s",
+                  bytes_text(double(memory.peak_rss)).c_str(), bytes_text(double(memory.arena)).c_str(),
+                  bytes_text(double(memory.activations)).c_str(), bytes_text(double(memory.workspaces)).c_str());
+    out += line;
+    if (memory.device >= 0) out += " - device " + bytes_text(double(memory.device));
+    out += '\n';
+    return out;
+  }
+
+  static std::string bytes_text(double bytes) {
+    char text[32];
+    if (bytes >= 1e9) std::snprintf(text, sizeof text, "%.2f GB", bytes * 1e-9);
+    else if (bytes >= 1e6) std::snprintf(text, sizeof text, "%.1f MB", bytes * 1e-6);
+    else if (bytes >= 1e3) std::snprintf(text, sizeof text, "%.1f kB", bytes * 1e-3);
+    else std::snprintf(text, sizeof text, "%.0f B", bytes);
+    return text;
+  }
+};
+
+inline Report summarize(RunProfile const& run) {
+  Report report;
+  report.workers = run.workers;
+  report.world = run.world;
+  report.steps = run.steps;
+
+  std::vector<double> totals(phase_count, 0.0);
+  std::vector<bool> seen(phase_count, false);
+  std::map<std::pair<int, int>, ReplicaTime> per_replica;
+  for (Span const& s : run.spans) {
+    seen[std::size_t(s.phase)] = true;
+    if (s.replica < 0) {
+      if (s.worker == 0) totals[std::size_t(s.phase)] += s.seconds();
+      continue;
+    }
+    if (s.phase == Phase::all_reduce) continue;
+    ReplicaTime& r = per_replica[{s.worker, s.replica}];
+    r.worker = s.worker;
+    r.replica = s.replica;
+    double const t = s.seconds();
+    switch (s.phase) {
+      case Phase::forward: r.forward += t; break;
+      case Phase::backward: r.backward += t; break;
+      case Phase::gradient_wait: r.gradient_wait += t; break;
+      case Phase::update: r.update += t; break;
+      default: break;
+    }
+  }
+  for (auto const& [key, r] : per_replica) {
+    report.replicas.push_back(r);
+    double const n = double(per_replica.size());
+    totals[std::size_t(Phase::forward)] += r.forward / n;
+    totals[std::size_t(Phase::backward)] += r.backward / n;
+    totals[std::size_t(Phase::gradient_wait)] += r.gradient_wait / n;
+    totals[std::size_t(Phase::update)] += r.update / n;
+  }
+  for (Phase p : {Phase::data_wait, Phase::step, Phase::callbacks, Phase::validation})
+    report.wall_seconds += totals[std::size_t(p)];
+  for (int p = 0; p < phase_count; ++p)
+    if (seen[std::size_t(p)]) report.phases.push_back({Phase(p), totals[std::size_t(p)]});
+
+  // The collectives: latency, volume, bandwidth, and their overlap with their replica's backward.
+  std::map<std::tuple<int, int, std::int64_t>, Span> backward;
+  run.for_each(Phase::backward, [&](Span const& s) { backward[{s.worker, s.replica, s.step}] = s; });
+  std::vector<double> latency_ms, bandwidth;
+  double busy = 0.0, hidden = 0.0, bytes = 0.0;
+  std::map<std::int64_t, std::int64_t> buckets_of_step;  // worker 0, replica 0
+  run.for_each(Phase::all_reduce, [&](Span const& s) {
+    double const t = s.seconds();
+    latency_ms.push_back(t * 1e3);
+    bandwidth.push_back(bus_bandwidth(double(s.bytes), t, run.world));
+    busy += t;
+    if (auto it = backward.find({s.worker, s.replica, s.step}); it != backward.end()) {
+      std::int64_t const overlap =
+          std::min(s.end_ns, it->second.end_ns) - std::max(s.begin_ns, it->second.begin_ns);
+      if (overlap > 0) hidden += double(overlap) * 1e-9;
+    }
+    if (s.worker == 0 && s.replica == 0) {
+      ++buckets_of_step[s.step];
+      bytes += double(s.bytes);
+    }
+  });
+  if (!latency_ms.empty()) {
+    Collectives c;
+    c.count = std::int64_t(latency_ms.size());
+    c.latency_ms = percentiles(latency_ms);
+    c.bus_bandwidth = percentiles(bandwidth).p50;
+    c.hidden = busy > 0.0 ? hidden / busy : 0.0;
+    if (!buckets_of_step.empty()) {
+      c.buckets_per_step = buckets_of_step.begin()->second;
+      c.bytes_per_step = bytes / double(buckets_of_step.size());
+    }
+    report.collectives = c;
+  }
+  for (Memory const& m : run.memory) {
+    report.memory.peak_rss = std::max(report.memory.peak_rss, m.peak_rss);
+    report.memory.rss = std::max(report.memory.rss, m.rss);
+    report.memory.arena = std::max(report.memory.arena, m.arena);
+    report.memory.activations = std::max(report.memory.activations, m.activations);
+    report.memory.workspaces = std::max(report.memory.workspaces, m.workspaces);
+    report.memory.device = std::max(report.memory.device, m.device);
+  }
+  return report;
+}
+
+}  // namespace strata::profile

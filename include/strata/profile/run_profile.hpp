@@ -1,0 +1,77 @@
+#pragma once
+// What profiling callbacks are handed: each step's spans as it ends (on_step_profile) and
+// the whole run, every worker's spans merged, when fit ends (on_profile).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "strata/profile/memory.hpp"
+#include "strata/profile/probe.hpp"
+
+namespace strata::profile {
+
+// After every global batch, on every worker: this process's spans of it.
+struct StepProfile {
+  int epoch = 0;
+  std::int64_t step = 0;          // micro-batches trained in the run, this one included
+  std::span<Span const> spans{};  // this process's, of this batch
+  Memory memory{};                // this process, sampled now
+  double learning_rate = std::numeric_limits<double>::quiet_NaN();  // of the next optimizer step
+  std::optional<float> loss_scale{};                                // MixedPrecisionFp16's dynamic scale
+  int world = 1;                  // replicas in sync across the job
+};
+
+// At the end of fit, on every worker: the run's spans of every worker, in worker order.
+struct RunProfile {
+  int workers = 1;
+  int local_replicas = 1;  // replica threads (or GPUs) per worker
+  int world = 1;           // replicas in sync: local_replicas × workers
+  std::string config;      // the policies, as Config::describe() writes them
+  std::int64_t steps = 0;  // micro-batches trained in this run (not those before a restore)
+  std::vector<Span> spans;
+  std::vector<Memory> memory;  // per worker, at the end of the run
+
+  // The spans of `phase` (of worker `worker`, or every worker's when -1).
+  template <class F>
+  void for_each(Phase phase, F&& f, int worker = -1) const {
+    for (Span const& s : spans)
+      if (s.phase == phase && (worker < 0 || s.worker == worker)) f(s);
+  }
+};
+
+// Callbacks that take part in profiling: having either hook turns the probe on for the run.
+template <class C>
+concept ProfilingCallback = requires(C& c) { c.on_step_profile(StepProfile{}); } ||
+                            requires(C& c) { c.on_profile(RunProfile{}); };
+
+// Every process's `mine`, concatenated in process order, on every process (Processes:
+// strategy/processes.hpp). Collective: every process calls it.
+template <class Processes, class T>
+  requires std::is_trivially_copyable_v<T>
+std::vector<T> gather_all(Processes& processes, std::vector<T> const& mine) {
+  int const n = processes.processes();
+  if (n == 1) return mine;
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
+  std::int64_t const count = std::int64_t(mine.size());
+  processes.all_gather(std::as_bytes(std::span<std::int64_t const>(&count, 1)),
+                       std::as_writable_bytes(std::span<std::int64_t>(counts)));
+  std::size_t const most = std::size_t(*std::max_element(counts.begin(), counts.end()));
+  std::vector<T> padded(most), all(most * std::size_t(n));
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  processes.all_gather(std::as_bytes(std::span<T const>(padded)), std::as_writable_bytes(std::span<T>(all)));
+  std::vector<T> out;
+  out.reserve(all.size());
+  for (int p = 0; p < n; ++p)
+    out.insert(out.end(), all.begin() + std::ptrdiff_t(std::size_t(p) * most),
+               all.begin() + std::ptrdiff_t(std::size_t(p) * most + std::size_t(counts[std::size_t(p)])));
+  return out;
+}
+
+}  // namespace strata::profile

@@ -1,0 +1,89 @@
+#pragma once
+// TraceWriter{"trace.json"}: the run's timeline in the Chrome trace-event format, which
+// Perfetto (ui.perfetto.dev) and chrome://tracing load, in the spirit of Horovod's timeline.
+// One process per worker, and in each one track for the training loop (data wait, step,
+// callbacks, validation), one per replica thread (forward, backward, gradient wait, update)
+// and one per replica's communication (each gradient bucket's all-reduce, with its bytes).
+// The chief writes one file holding every worker's tracks, atomically, when fit ends.
+//
+// Times are microseconds since the run began on each worker; workers start their clocks
+// together after a collective, so tracks of different machines align to within its latency.
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "strata/io/atomic_file.hpp"
+#include "strata/profile/run_profile.hpp"
+#include "strata/train/logs.hpp"
+
+namespace strata::profile {
+
+// The trace-event JSON of `run` (what TraceWriter writes).
+inline std::string chrome_trace(RunProfile const& run) {
+  std::string out;
+  out.reserve(run.spans.size() * 130 + 4096);
+  char event[320];
+  auto track = [](Span const& s) {  // 0: the loop; 1 + 2r: replica r; 2 + 2r: its communication
+    return s.replica < 0 ? 0 : 1 + 2 * int(s.replica) + (s.phase == Phase::all_reduce ? 1 : 0);
+  };
+  auto meta = [&](char const* what, int pid, int tid, std::string const& name) {
+    std::snprintf(event, sizeof event, "{\"ph\":\"M\",\"name\":\"%s_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
+                  what, pid, tid, name.c_str());
+    out += event;
+    std::snprintf(event, sizeof event, "{\"ph\":\"M\",\"name\":\"%s_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}},\n",
+                  what, pid, tid, tid);
+    out += event;
+  };
+  out += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"strata\",\"config\":\"";
+  out += run.config;
+  out += "\"},\"traceEvents\":[\n";
+  for (int w = 0; w < run.workers; ++w) {
+    meta("process", w, 0, "worker " + std::to_string(w));
+    meta("thread", w, 0, "training loop");
+    for (int r = 0; r < run.local_replicas; ++r) {
+      meta("thread", w, 1 + 2 * r, "replica " + std::to_string(r));
+      meta("thread", w, 2 + 2 * r, "replica " + std::to_string(r) + " all-reduce");
+    }
+  }
+  for (Span const& s : run.spans) {
+    double const ts = double(s.begin_ns) * 1e-3, dur = double(s.end_ns - s.begin_ns) * 1e-3;
+    if (s.phase == Phase::all_reduce)
+      std::snprintf(event, sizeof event,
+                    "{\"ph\":\"X\",\"name\":\"all-reduce bucket %d\",\"cat\":\"communication\",\"pid\":%d,\"tid\":%d,"
+                    "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld,\"bytes\":%lld}},\n",
+                    int(s.bucket), int(s.worker), track(s), ts, dur, static_cast<long long>(s.step),
+                    static_cast<long long>(s.bytes));
+    else
+      std::snprintf(event, sizeof event,
+                    "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"step\":%lld}},\n",
+                    name_of(s.phase), s.replica < 0 ? "loop" : "compute", int(s.worker), track(s), ts, dur,
+                    static_cast<long long>(s.step));
+    out += event;
+  }
+  if (out.size() >= 2 && out[out.size() - 2] == ',') out.erase(out.size() - 2, 1);  // no comma after the last event
+  out += "]}\n";
+  return out;
+}
+
+class TraceWriter {
+ public:
+  explicit TraceWriter(std::filesystem::path path) : path_(std::move(path)) {}
+
+  void on_train_begin(train::TrainBegin const& info) { chief_ = info.chief(); }
+  void on_profile(RunProfile const& run) {
+    if (!chief_) return;
+    std::string const json = chrome_trace(run);
+    io::write_file_atomically(path_, [&](io::FileWriter& file) { file.append(std::as_bytes(std::span(json))); });
+  }
+
+  [[nodiscard]] std::filesystem::path const& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  bool chief_ = true;
+};
+
+}  // namespace strata::profile

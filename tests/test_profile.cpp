@@ -1,0 +1,258 @@
+// Monitoring (profile/): the probe's spans against the step's structure, the figures
+// against closed forms, a profiled run against an unprofiled one (same weights), the trace
+// file against an independent JSON parser.
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <strata.hpp>
+
+using namespace strata;
+
+namespace {
+using Model = Sequential<Dense<784, 32>, Relu, Dense<32, 10>>;
+
+Dataset const& fashion() {
+  static Dataset const data = data::fashion_mnist(data::Split::train).take(600);
+  return data;
+}
+
+std::filesystem::path temp_dir(char const* name) {
+  auto const dir = std::filesystem::temp_directory_path() / (std::string("strata_profile_") + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+template <class T, class... Cs>
+std::vector<float> fit_weights(FitOptions options, Cs&&... callbacks) {
+  Model model(42);
+  T trainer;
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, std::forward<Cs>(callbacks)...);
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+// Counts spans per (phase, replica).
+std::map<std::pair<profile::Phase, int>, int> census(profile::RunProfile const& run) {
+  std::map<std::pair<profile::Phase, int>, int> out;
+  for (auto const& s : run.spans) ++out[{s.phase, s.replica}];
+  return out;
+}
+}  // namespace
+
+TEST_CASE("percentiles are nearest-rank and bus bandwidth is nccl-tests' (closed forms)") {
+  std::vector<double> values;
+  for (int i = 100; i >= 1; --i) values.push_back(double(i));
+  auto const p = profile::percentiles(values);
+  CHECK(p.p50 == 50.0);
+  CHECK(p.p90 == 90.0);
+  CHECK(p.p99 == 99.0);
+  auto const one = profile::percentiles({7.0});
+  CHECK((one.p50 == 7.0 && one.p99 == 7.0));
+  // 1 GB in 1 s over 4 ranks: each link carries 2 (n - 1) / n of it.
+  CHECK(profile::bus_bandwidth(1e9, 1.0, 4) == doctest::Approx(1.5e9));
+  CHECK(profile::bus_bandwidth(1e9, 1.0, 1) == 0.0);
+}
+
+TEST_CASE("a profiled fit trains the same weights and times every phase of every step, nested in its step") {
+  FitOptions const options{.epochs = 2, .batch_size = 100, .validation = fashion().take(200), .seed = 3};
+  auto const plain = fit_weights<Trainer<Mirrored<2>>>(options);
+  Profiler profiler({.summary = false});
+  auto const profiled = fit_weights<Trainer<Mirrored<2>>>(options, profiler);
+  CHECK(profiled == plain);  // timing changes nothing the step computes
+
+  auto const& run = profiler.run();
+  CHECK(run.workers == 1);
+  CHECK(run.local_replicas == 2);
+  CHECK(run.world == 2);
+  CHECK(run.steps == 12);  // 600 / 100 per epoch, 2 epochs
+  CHECK(run.config.find("Mirrored<2>") != std::string::npos);
+  auto const count = census(run);
+  using P = profile::Phase;
+  for (int r = 0; r < 2; ++r)
+    for (P p : {P::forward, P::backward, P::gradient_wait, P::update}) CHECK(count.at({p, r}) == 12);
+  for (P p : {P::data_wait, P::step, P::callbacks}) CHECK(count.at({p, -1}) == 12);
+  CHECK(count.at({P::validation, -1}) == 2);
+  CHECK(count.count({P::all_reduce, 0}) == 0);  // Mirrored on the CPU sums in place
+
+  // Every replica phase lies inside its step's span, in order: forward, backward, wait, update.
+  std::map<std::int64_t, profile::Span> steps;
+  for (auto const& s : run.spans)
+    if (s.phase == P::step) steps[s.step] = s;
+  CHECK(steps.size() == 12);
+  for (auto const& s : run.spans) {
+    CHECK(s.end_ns >= s.begin_ns);
+    if (s.replica < 0) continue;
+    auto const& step = steps.at(s.step);
+    CHECK(s.begin_ns >= step.begin_ns);
+    CHECK(s.end_ns <= step.end_ns);
+  }
+  std::map<std::tuple<std::int64_t, int, P>, profile::Span> by;
+  for (auto const& s : run.spans) by[{s.step, s.replica, s.phase}] = s;
+  for (std::int64_t k = 0; k < 12; ++k)
+    for (int r = 0; r < 2; ++r) {
+      CHECK(by[{k, r, P::forward}].end_ns == by[{k, r, P::backward}].begin_ns);
+      CHECK(by[{k, r, P::backward}].end_ns <= by[{k, r, P::gradient_wait}].begin_ns);
+      CHECK(by[{k, r, P::gradient_wait}].end_ns == by[{k, r, P::update}].begin_ns);
+    }
+
+  // The report: the loop's phases add up to the wall time; the replica phases fit in the steps.
+  auto const& report = profiler.report();
+  CHECK(report.steps == 12);
+  double const step_seconds = *report.seconds_of(P::step);
+  CHECK(report.wall_seconds >= step_seconds);
+  CHECK(*report.seconds_of(P::forward) + *report.seconds_of(P::backward) <= step_seconds);
+  CHECK(report.replicas.size() == 2);
+  CHECK_FALSE(report.collectives);
+
+  // Memory: the arena (tensors padded to cache lines) is the weights, one gradient arena per
+  // replica and Adam's two moments.
+  std::int64_t const floats = std::int64_t(Model(1).parameters().size());
+  CHECK(report.memory.arena == floats * 4 * (1 + 2 + 2));
+  CHECK(report.memory.activations > 0);
+  CHECK(report.memory.workspaces >= report.memory.activations);
+  CHECK(report.memory.peak_rss >= report.memory.rss);
+  CHECK(report.memory.rss > 0);
+  CHECK(report.memory.device == -1);
+
+  std::string const table = report.table();
+  for (char const* part : {"Profile - 2 replicas (1 worker) - 12 steps", "forward", "backward", "gradient wait",
+                           "all-reduce - none", "memory - peak RSS"})
+    CHECK_MESSAGE(table.find(part) != std::string::npos, part, " in\n", table);
+}
+
+TEST_CASE("the summary is printed at the end of fit on request, and not when turned off") {
+  std::ostringstream on, off;
+  FitOptions const options{.epochs = 1, .batch_size = 200};
+  fit_weights<Trainer<OneDevice>>(options, Profiler({.out = &on}));
+  fit_weights<Trainer<OneDevice>>(options, Profiler({.summary = false, .out = &off}));
+  CHECK(on.str().find("Profile - 1 replica (1 worker) - 3 steps") == 0);
+  CHECK(off.str().empty());
+}
+
+TEST_CASE("step profiles come before on_batch_end with this step's spans, the learning rate and memory") {
+  struct Recorder {
+    std::vector<std::int64_t> steps;
+    std::vector<std::size_t> spans;
+    std::vector<double> rates;
+    int batch_ends = 0;
+    bool ordered = true;
+    void on_step_profile(profile::StepProfile const& p) {
+      ordered &= int(steps.size()) == batch_ends;
+      steps.push_back(p.step);
+      spans.push_back(p.spans.size());
+      rates.push_back(p.learning_rate);
+      CHECK(p.memory.peak_rss > 0);
+      CHECK(p.world == 2);
+      CHECK_FALSE(p.loss_scale);
+    }
+    void on_batch_end(BatchLogs const&) { ++batch_ends; }
+  } recorder;
+  Model model(1);
+  Trainer<Mirrored<2>> trainer;
+  auto const optimizer = scheduled(Sgd{.lr = 0.1f}, WarmupLinearDecay{.warmup_steps = 2, .total_steps = 4});
+  trainer.fit(model, optimizer, SoftmaxCrossEntropy{}, fashion().take(400), {.epochs = 1, .batch_size = 100},
+              recorder);
+  CHECK(recorder.ordered);
+  CHECK(recorder.steps == std::vector<std::int64_t>{1, 2, 3, 4});
+  // The first step: data wait, step, 4 phases × 2 replicas; later ones also the previous callbacks.
+  CHECK(recorder.spans == std::vector<std::size_t>{10, 11, 11, 11});
+  // The rate of the next optimizer step: warm-up to 0.1 over 2 steps, then linear decay to 0 at step 4.
+  REQUIRE(recorder.rates.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i)
+    CHECK(recorder.rates[i] == doctest::Approx(0.1 * double(optimizer.schedule(std::int64_t(i) + 1))));
+}
+
+TEST_CASE("buckets crossing a Communicator are timed: count, bytes, latency and overlap with backward") {
+  using Config = policy::Config<Mirrored<2>>;
+  using Sync = train::CommunicatorSync<comm::ThreadCommunicator, 2, 4096>;
+  using Runner = train::StepRunner<Config, Model, Adam, SoftmaxCrossEntropy, Sync, profile::Probe<2>>;
+  strategy::BasicStrategy<Config> strategy;
+  Model model(42);
+  comm::Rendezvous world(2);
+  Runner runner(strategy, model, Adam{}, SoftmaxCrossEntropy{}, 100, 7, {},
+                [&](int r) { return comm::ThreadCommunicator(world, r); }, comm::Overlap::comm_thread);
+  profile::RunProfile run;
+  run.world = 2;
+  run.local_replicas = 2;
+  runner.probe().start(profile::Clock::now(), 0);
+  auto const& data = fashion();
+  for (int i = 0; i < 4; ++i) {
+    runner.probe().set_step(i);
+    data::Batch const batch{data.features().columns(i * 100, 100), data.targets().columns(i * 100, 100), 100, i};
+    runner.train_on_batch(batch);
+    runner.probe().drain(run.spans);
+  }
+  run.steps = 4;
+  auto const buckets = runner.gradient_sync().bucket_plan().buckets();
+  REQUIRE(buckets.size() > 1);  // 4 KiB buckets: the layers' tensors in several
+  auto const count = census(run);
+  CHECK(count.at({profile::Phase::all_reduce, 0}) == int(4 * buckets.size()));
+  CHECK(count.at({profile::Phase::all_reduce, 1}) == int(4 * buckets.size()));
+  std::int64_t bytes = 0;
+  run.for_each(profile::Phase::all_reduce, [&](profile::Span const& s) {
+    if (s.replica == 0 && s.step == 0) bytes += s.bytes;
+    CHECK(s.bytes == std::int64_t(buckets[std::size_t(s.bucket)].size() * sizeof(float)));
+  });
+  std::int64_t const arena = std::int64_t(model.parameters().size() * sizeof(float));
+  CHECK(bytes == arena);  // every gradient float once
+
+  auto const report = profile::summarize(run);
+  REQUIRE(report.collectives);
+  auto const& c = *report.collectives;
+  CHECK(c.count == std::int64_t(2 * 4 * buckets.size()));
+  CHECK(c.buckets_per_step == std::int64_t(buckets.size()));
+  CHECK(c.bytes_per_step == doctest::Approx(double(arena)));
+  CHECK(c.latency_ms.p50 > 0.0);
+  CHECK(c.latency_ms.p50 <= c.latency_ms.p90);
+  CHECK(c.latency_ms.p90 <= c.latency_ms.p99);
+  CHECK(c.bus_bandwidth > 0.0);
+  CHECK(c.hidden >= 0.0);
+  CHECK(c.hidden <= 1.0);
+  CHECK(report.table().find("bucket") != std::string::npos);
+}
+
+TEST_CASE("TraceWriter writes Chrome trace events that a JSON parser reads: one track per replica and communicator") {
+  auto const dir = temp_dir("trace");
+  auto const path = dir / "trace.json";
+  Profiler profiler({.summary = false});
+  fit_weights<Trainer<Mirrored<2>>>({.epochs = 1, .batch_size = 150}, TraceWriter{path}, profiler);
+  std::ifstream in(path);
+  auto const trace = nlohmann::json::parse(in);
+  REQUIRE(trace.contains("traceEvents"));
+  std::map<std::string, int> names;
+  std::map<int, std::string> threads;
+  for (auto const& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") threads[e["tid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] != "X") continue;
+    ++names[e["name"].get<std::string>()];
+    CHECK(e["dur"].get<double>() >= 0.0);
+    CHECK(e["pid"] == 0);
+  }
+  CHECK(threads.at(0) == "training loop");
+  CHECK(threads.at(1) == "replica 0");
+  CHECK(threads.at(3) == "replica 1");
+  CHECK(threads.at(4) == "replica 1 all-reduce");
+  CHECK(names["forward"] == 8);  // 4 steps × 2 replicas
+  CHECK(names["step"] == 4);
+  CHECK(names["data wait"] == 4);
+  std::size_t events = 0;
+  for (auto const& [name, n] : names) events += std::size_t(n);
+  CHECK(events == profiler.run().spans.size());
+
+  // An unwritable path is an IoError naming it, and nothing is left behind.
+  Model model(1);
+  Trainer<OneDevice> trainer;
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(100), {.batch_size = 100},
+                              TraceWriter{dir / "missing" / "trace.json"}),
+                  IoError);
+}
