@@ -3,32 +3,52 @@
 // on a shared, noisy machine where times are not). scripts/count-step-instructions
 // collects only inside the step functions and compares them.
 //   step_instructions trainer|bf16|fp16|hand STEPS
+//   step_instructions_probed probed STEPS   the fp32 step with the profiling probe on (what a
+//                                           fit with a Profiler runs). A binary of its own: a
+//                                           second instantiation of the step in this one would
+//                                           change how GCC compiles the first (a clone of the
+//                                           GEMM wrapper whose zeroing becomes a memset, which
+//                                           callgrind counts byte by byte).
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <iostream>
 
 #include <strata.hpp>
 
 #include "mlp_step.hpp"
 
-template <class Precision>
+template <class Precision, class Probe = strata::profile::NoProbe>
 double trainer_steps(strata::data::Batch const& batch, int steps) {
   using Config = strata::policy::Config<strata::OneDevice, Precision>;
   Model model(1);
   strata::strategy::BasicStrategy<Config> strategy;
-  ConfigRunner<Config> runner(strategy, model, optimizer, {}, batch_size, 0);
+  strata::train::StepRunner<Config, Model, strata::Sgd, strata::SoftmaxCrossEntropy, strata::train::gradient_sync_t<Config>,
+                            Probe>
+      runner(strategy, model, optimizer, {}, batch_size, 0);
   double checksum = 0.0;
-  for (int s = 0; s < steps; ++s) checksum += runner.train_on_batch(batch).loss_sum;
+  std::vector<strata::profile::Span> spans;
+  for (int s = 0; s < steps; ++s) {
+    checksum += runner.train_on_batch(batch).loss_sum;
+    if constexpr (Probe::enabled) runner.probe().drain(spans);  // as fit does, outside the step
+  }
   return checksum;
 }
 
 int main(int argc, char** argv) {
   std::string const mode = argc == 3 ? argv[1] : "";
+#ifdef STRATA_STEP_PROBED
+  if (mode != "probed") {
+    std::cerr << "usage: step_instructions_probed probed STEPS\n";
+    return 2;
+  }
+#else
   if (mode != "trainer" && mode != "bf16" && mode != "fp16" && mode != "hand") {
     std::cerr << "usage: step_instructions trainer|bf16|fp16|hand STEPS\n";
     return 2;
   }
+#endif
   int const steps = std::atoi(argv[2]);
   // Synthetic but fixed inputs: the counts must not depend on reading a 26 MB gzip file.
   strata::Matrix features(784, batch_size), labels(1, batch_size);
@@ -40,6 +60,9 @@ int main(int argc, char** argv) {
   strata::data::Batch const& batch = *stream->next();
 
   double checksum = 0.0;
+#ifdef STRATA_STEP_PROBED
+  checksum = trainer_steps<strata::FullPrecision, strata::profile::Probe<1>>(batch, steps);
+#else
   if (mode == "trainer") {
     checksum = trainer_steps<strata::FullPrecision>(batch, steps);
   } else if (mode == "bf16") {
@@ -51,5 +74,6 @@ int main(int argc, char** argv) {
     Eigen::Map<Eigen::MatrixXf const> x(batch.features.data, 784, batch_size);
     for (int s = 0; s < steps; ++s) checksum += double(net.step(x, batch.targets.data));
   }
+#endif
   std::cout << "loss checksum " << checksum << '\n';
 }

@@ -4,10 +4,12 @@
 // line is `test_accuracy=0.xxxx`.
 //
 //   mpirun -np 2 multi_worker [--epochs N] [--batch-size B] [--replicas-per-process 1|2]
-//                             [--backup DIR] [--timeout SECONDS]
+//                             [--backup DIR] [--timeout SECONDS] [--trace FILE]
 //
 // scripts/multi-worker builds and launches it. With --backup, a job that is killed and
-// started again continues from the chief's last backup (docs/multi_worker.md).
+// started again continues from the chief's last backup (docs/multi_worker.md). With --trace,
+// the chief prints where the time went and writes one trace of every worker's replicas and
+// collectives (docs/monitoring.md).
 
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +26,7 @@ struct Options {
   int replicas_per_process = 1;
   std::optional<std::string> backup;
   int timeout_seconds = 600;
+  std::optional<std::string> trace;
 };
 
 template <int LocalN>
@@ -43,11 +46,16 @@ int train_and_evaluate(Options const& options) {
               << trainer.num_replicas_in_sync() << " replicas in sync\n";
 
   strata::FitOptions const fit{.epochs = options.epochs, .batch_size = options.batch_size, .validation = test, .seed = 7};
-  auto const history = options.backup
-                           ? trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train, fit,
-                                         strata::ProgressBar{}, strata::BackupAndRestore{.directory = *options.backup})
-                           : trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train, fit,
-                                         strata::ProgressBar{});
+  auto fit_with = [&](auto&&... callbacks) {
+    return trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train, fit,
+                       strata::ProgressBar{}, callbacks...);
+  };
+  auto monitored = [&](auto&&... callbacks) {
+    return options.trace ? fit_with(callbacks..., strata::Profiler{}, strata::TraceWriter{*options.trace})
+                         : fit_with(callbacks...);
+  };
+  auto const history =
+      options.backup ? monitored(strata::BackupAndRestore{.directory = *options.backup}) : monitored();
   double total_seconds = 0.0;
   for (double s : history.epoch_seconds()) total_seconds += s;
   auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);  // every worker takes part
@@ -69,9 +77,11 @@ int main(int argc, char** argv) {
     else if (flag == "--replicas-per-process") options.replicas_per_process = std::atoi(argv[i + 1]);
     else if (flag == "--backup") options.backup = argv[i + 1];
     else if (flag == "--timeout") options.timeout_seconds = std::atoi(argv[i + 1]);
+    else if (flag == "--trace") options.trace = argv[i + 1];
     else {
       std::cerr << "unknown flag " << flag
-                << "; use --epochs N --batch-size B --replicas-per-process 1|2 --backup DIR --timeout SECONDS\n";
+                << "; use --epochs N --batch-size B --replicas-per-process 1|2 --backup DIR --timeout SECONDS "
+                   "--trace FILE\n";
       return 2;
     }
   }

@@ -67,6 +67,15 @@ class DeviceScope {
   int previous_ = 0;
 };
 
+// Bytes in use on `device`, by every process (cudaMemGetInfo: total minus free); what
+// monitoring reports as device memory.
+inline std::size_t memory_used(int device) {
+  DeviceScope const scope(device);
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total - free;
+}
+
 // `count` elements of T in device memory of `device`, uninitialised (zeroed when asked).
 template <class T>
 class DeviceBuffer {

@@ -43,6 +43,9 @@ class ReplicaPass<Model, policy::Cuda, T> {
     workspace_ = std::make_unique<Workspace>(max_shard);  // in this replica's device memory
   }
 
+  // Bytes in use on this replica's GPU (profile/memory.hpp).
+  [[nodiscard]] std::size_t device_memory_used() const { return cuda::memory_used(replica_->context.device()); }
+
   // Binds this replica's context to the calling thread for the duration of its task.
   [[nodiscard]] cuda::ContextBinding bind() { return cuda::ContextBinding(replica_->context); }
 

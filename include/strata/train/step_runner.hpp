@@ -193,7 +193,8 @@ class StepRunner : public StepProgress<Config> {
         m.activations += std::int64_t(pass.workspace().activation_bytes());
         m.workspaces += std::int64_t(pass.workspace().bytes());
       }
-      if constexpr (requires { pass.device_memory_used(); }) m.device = std::int64_t(pass.device_memory_used());
+      if constexpr (requires { pass.device_memory_used(); })  // one replica per GPU
+        m.device = std::max<std::int64_t>(m.device, 0) + std::int64_t(pass.device_memory_used());
     }
     return m;
   }

@@ -1,0 +1,59 @@
+// What monitoring costs: one epoch of fit (10 steps of the step benchmark's MLP
+// 784-1024-1024-10, global batch 256, Mirrored<2>, Fashion-MNIST) without any profiling
+// callback, with a Profiler, and with a Profiler, a TraceWriter and a TensorBoard callback.
+// The budget is 1% of the plain run; scripts and figures in docs/benchmarks.md.
+//
+//   profile_overhead --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
+
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+#include <tuple>
+
+#include <strata.hpp>
+#include <strata/tensorboard.hpp>
+
+#include "mlp_step.hpp"
+
+namespace {
+
+strata::Dataset const& epoch_data() {
+  static auto const data = strata::data::fashion_mnist(strata::data::Split::train).take(10 * batch_size);
+  return data;
+}
+
+// `make_callbacks()` gives each epoch's fresh callbacks, as a tuple.
+template <class MakeCallbacks>
+void fit_epoch(benchmark::State& state, MakeCallbacks make_callbacks) {
+  Model model(1);
+  strata::Trainer<strata::Mirrored<2>> trainer;
+  strata::FitOptions const options{.epochs = 1, .batch_size = batch_size, .shuffle = false};
+  for (auto _ : state) {
+    auto callbacks = make_callbacks();
+    std::apply([&](auto&... cs) { trainer.fit(model, optimizer, strata::SoftmaxCrossEntropy{}, epoch_data(), options, cs...); },
+               callbacks);
+  }
+  state.counters["samples_per_second"] =
+      benchmark::Counter(double(state.iterations()) * double(epoch_data().size()), benchmark::Counter::kIsRate);
+}
+
+void plain(benchmark::State& state) {
+  fit_epoch(state, [] { return std::tuple<>{}; });
+}
+void profiler(benchmark::State& state) {
+  fit_epoch(state, [] { return std::make_tuple(strata::Profiler({.summary = false})); });
+}
+void everything(benchmark::State& state) {
+  auto const dir = std::filesystem::temp_directory_path() / "strata_profile_overhead";
+  fit_epoch(state, [&] {
+    return std::make_tuple(strata::Profiler({.summary = false}), strata::TraceWriter{dir / "trace.json"},
+                           strata::TensorBoard{dir / "logs"});
+  });
+}
+
+}  // namespace
+
+BENCHMARK(plain)->Name("Fit/plain")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(profiler)->Name("Fit/Profiler")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(everything)->Name("Fit/Profiler+TraceWriter+TensorBoard")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();

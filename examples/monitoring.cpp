@@ -1,0 +1,56 @@
+// The flagship's model and data, watched: where each step's time goes, the memory
+// high-water, a trace timeline and TensorBoard curves (docs/monitoring.md).
+//
+//   monitoring [--epochs N] [--batch-size B] [--out DIR] [--update-freq N]
+//
+// writes DIR/trace.json (open it in ui.perfetto.dev or chrome://tracing), DIR/logs/
+// (`tensorboard --logdir DIR/logs`) and DIR/history.csv, and prints the profile summary after
+// training. The last line is `test_accuracy=0.xxxx`.
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <strata.hpp>
+#include <strata/tensorboard.hpp>
+
+int main(int argc, char** argv) {
+  int epochs = 5;
+  int batch_size = 128;
+  int update_freq = 50;
+  std::filesystem::path out = "monitoring";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string const flag = argv[i];
+    if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
+    else if (flag == "--batch-size") batch_size = std::atoi(argv[i + 1]);
+    else if (flag == "--update-freq") update_freq = std::atoi(argv[i + 1]);
+    else if (flag == "--out") out = argv[i + 1];
+    else {
+      std::cerr << "unknown flag " << flag << "; use --epochs N --batch-size B --out DIR --update-freq N\n";
+      return 2;
+    }
+  }
+  try {
+    auto const train = strata::data::fashion_mnist(strata::data::Split::train);
+    auto const test = strata::data::fashion_mnist(strata::data::Split::test);
+    using Model = strata::Sequential<strata::Dense<784, 256>, strata::Relu, strata::Dense<256, 10>>;
+    Model model(/*seed=*/2026);
+    strata::Trainer<strata::Mirrored<2>> trainer;
+    std::filesystem::create_directories(out);
+    std::cout << "Fashion-MNIST on " << trainer.num_replicas_in_sync() << " replicas, monitored into " << out << "\n";
+
+    trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
+                {.epochs = epochs, .batch_size = batch_size, .validation = test, .seed = 7}, strata::ProgressBar{},
+                strata::Profiler{}, strata::TraceWriter{out / "trace.json"},
+                strata::TensorBoard{out / "logs", {.update_freq = update_freq}},
+                strata::CsvLogger{(out / "history.csv").string()});
+    auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);
+    std::cout << "wrote " << out / "trace.json" << ", " << out / "logs" << " and " << out / "history.csv" << '\n';
+    std::cout << "test_accuracy=" << *result.accuracy << std::endl;
+    return 0;
+  } catch (strata::Error const& error) {
+    std::cerr << "error: " << error.what() << '\n';
+    return 1;
+  }
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Checks a strata trace file (TraceWriter) with Python's own JSON parser: the Chrome
+trace-event structure Perfetto and chrome://tracing read, one process per worker, a track per
+replica, every replica's forward/backward/update in every step, and (--collectives) each
+replica's all-reduce track. Prints "trace ok: N workers" on success.
+
+    check_trace.py trace.json --workers 2 --replicas 2 [--collectives]
+"""
+import argparse
+import collections
+import json
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trace")
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--replicas", type=int, required=True)
+    parser.add_argument("--collectives", action="store_true")
+    args = parser.parse_args()
+
+    with open(args.trace) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    spans = [e for e in events if e["ph"] == "X"]
+    problems = []
+    if sorted(processes) != list(range(args.workers)):
+        problems.append(f"processes {sorted(processes)}, expected workers 0..{args.workers - 1}")
+    count = collections.Counter((e["pid"], e["tid"], e["name"]) for e in spans)
+    steps = {w: count[(w, 0, "step")] for w in range(args.workers)}
+    for w in range(args.workers):
+        if steps[w] == 0:
+            problems.append(f"worker {w} has no step spans")
+        for r in range(args.replicas):
+            if threads.get((w, 1 + 2 * r)) != f"replica {r}":
+                problems.append(f"worker {w} has no track for replica {r}")
+            for phase in ("forward", "backward", "update"):
+                if count[(w, 1 + 2 * r, phase)] != steps[w]:
+                    problems.append(f"worker {w} replica {r}: {count[(w, 1 + 2 * r, phase)]} {phase} spans for {steps[w]} steps")
+            if args.collectives:
+                reduces = sum(n for (p, t, name), n in count.items() if p == w and t == 2 + 2 * r and name.startswith("all-reduce"))
+                if reduces < steps[w]:
+                    problems.append(f"worker {w} replica {r}: {reduces} all-reduce spans for {steps[w]} steps")
+    for e in spans:
+        if e["dur"] < 0 or e["ts"] < 0:
+            problems.append(f"negative time in {e}")
+            break
+    if problems:
+        print("trace problems:\n  " + "\n  ".join(problems))
+        return 1
+    print(f"trace ok: {args.workers} worker{'s' if args.workers != 1 else ''}, {len(spans)} spans, {sum(steps.values())} steps")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
