@@ -30,6 +30,8 @@ inline void read_process_memory(Memory& m) {
     if (std::fscanf(f, "%ld %ld", &pages, &resident) == 2) m.rss = std::int64_t(resident) * ::sysconf(_SC_PAGESIZE);
     std::fclose(f);
   }
+  // The kernel updates the high-water mark lazily: it may trail what is resident right now.
+  if (m.peak_rss < m.rss) m.peak_rss = m.rss;
 }
 
 }  // namespace strata::profile
