@@ -139,3 +139,17 @@ TEST_CASE("TensorBoard writes Keras' epoch scalars, batch scalars every update_f
   CHECK(std::vector<float>(other.parameters().begin(), other.parameters().end()) == before);
   CHECK_THROWS_AS(TensorBoard(dir, {.update_freq = -1}), ConfigError);
 }
+
+TEST_CASE("under fp16 the loss scale is logged, and update_freq 0 writes epoch scalars only") {
+  auto const dir = temp_dir("fp16");
+  Dataset const train = data::fashion_mnist(data::Split::train).take(300);
+  Model model(7);
+  Trainer<OneDevice, MixedPrecisionFp16> trainer;
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, train, {.epochs = 2, .batch_size = 100}, TensorBoard{dir});
+  auto const t = scalars_of(only_event_file(dir / "train"));
+  REQUIRE(t.count("epoch_loss_scale"));
+  CHECK(t.at("epoch_loss_scale").size() == 2);
+  CHECK(t.at("epoch_loss_scale")[0].second >= 1.0f);  // DynamicLossScale starts at 2^15 and halves on overflow
+  for (auto const& [tag, values] : t) CHECK_MESSAGE(tag.rfind("epoch_", 0) == 0, tag);
+  CHECK(profile::read_event_file(only_event_file(dir / "validation")).size() == 1);  // the file version only
+}
