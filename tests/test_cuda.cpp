@@ -444,6 +444,24 @@ TEST_CASE("gpu: the Fashion-MNIST MLP reaches the CPU's accuracy; evaluate and p
   CHECK(max_relative_error(predicted, model.predict(features_of(test))) < 1e-5);
 }
 
+TEST_CASE("gpu: a profiled fit trains the same weights and reports the GPU's memory") {
+  using Mlp = Sequential<Dense<784, 64>, Relu, Dense<64, 10>>;
+  auto const train = data::fashion_mnist(data::Split::train).take(1000);
+  auto weights = [&](auto&&... callbacks) {
+    Mlp model(4);
+    Trainer<Mirrored<2>, Cuda> trainer;
+    trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, train, {.epochs = 1, .batch_size = 100}, callbacks...);
+    return std::vector<float>(model.parameters().begin(), model.parameters().end());
+  };
+  Profiler profiler({.summary = false});
+  CHECK(weights(profiler) == weights());
+  auto const& report = profiler.report();
+  CHECK(report.steps == 10);
+  CHECK(report.memory.device > 0);  // cudaMemGetInfo: bytes in use on the GPU
+  CHECK(report.seconds_of(profile::Phase::backward).value_or(0.0) > 0.0);
+  MESSAGE(report.table());
+}
+
 TEST_CASE("gpus2: Mirrored<2> with one GPU per replica over NCCL matches OneDevice and the CPU") {
   using Config = policy::Config<Mirrored<2>, Cuda>;
   using Probe = Sequential<Dense<4, 3>>;
