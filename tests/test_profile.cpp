@@ -16,6 +16,8 @@
 
 #include <strata.hpp>
 
+#include "temp_dir.hpp"
+
 using namespace strata;
 
 namespace {
@@ -24,13 +26,6 @@ using Model = Sequential<Dense<784, 32>, Relu, Dense<32, 10>>;
 Dataset const& fashion() {
   static Dataset const data = data::fashion_mnist(data::Split::train).take(600);
   return data;
-}
-
-std::filesystem::path temp_dir(char const* name) {
-  auto const dir = std::filesystem::temp_directory_path() / (std::string("strata_profile_") + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 template <class T, class... Cs>
@@ -222,7 +217,8 @@ TEST_CASE("buckets crossing a Communicator are timed: count, bytes, latency and 
 }
 
 TEST_CASE("TraceWriter writes Chrome trace events that a JSON parser reads: one track per replica and communicator") {
-  auto const dir = temp_dir("trace");
+  TempDir const scratch;
+  auto const& dir = scratch.path;
   auto const path = dir / "trace.json";
   Profiler profiler({.summary = false});
   fit_weights<Trainer<Mirrored<2>>>({.epochs = 1, .batch_size = 150}, TraceWriter{path}, profiler);

@@ -16,18 +16,12 @@
 #include <strata/tensorboard.hpp>
 
 #include "message_of.hpp"
+#include "temp_dir.hpp"
 
 using namespace strata;
 
 namespace {
 using Model = Sequential<Dense<784, 32>, Relu, Dense<32, 10>>;
-
-std::filesystem::path temp_dir(char const* name) {
-  auto const dir = std::filesystem::temp_directory_path() / (std::string("strata_tensorboard_") + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 std::filesystem::path only_event_file(std::filesystem::path const& dir) {
   std::vector<std::filesystem::path> files;
@@ -56,7 +50,8 @@ TEST_CASE("CRC-32C gives its check value and TFRecord masking is TensorFlow's") 
 }
 
 TEST_CASE("an event file reads back, and a corrupted or cut one is refused with its offset") {
-  auto const dir = temp_dir("file");
+  TempDir const scratch;
+  auto const& dir = scratch.path;
   std::filesystem::path path;
   {
     profile::EventFileWriter writer(dir);
@@ -96,7 +91,8 @@ TEST_CASE("an event file reads back, and a corrupted or cut one is refused with 
 }
 
 TEST_CASE("TensorBoard writes Keras' epoch scalars, batch scalars every update_freq, and the run's figures") {
-  auto const dir = temp_dir("fit");
+  TempDir const scratch;
+  auto const& dir = scratch.path;
   Dataset const train = data::fashion_mnist(data::Split::train).take(600);
   Model model(7);
   Trainer<Mirrored<2>> trainer;
@@ -141,7 +137,8 @@ TEST_CASE("TensorBoard writes Keras' epoch scalars, batch scalars every update_f
 }
 
 TEST_CASE("under fp16 the loss scale is logged, and update_freq 0 writes epoch scalars only") {
-  auto const dir = temp_dir("fp16");
+  TempDir const scratch;
+  auto const& dir = scratch.path;
   Dataset const train = data::fashion_mnist(data::Split::train).take(300);
   Model model(7);
   Trainer<OneDevice, MixedPrecisionFp16> trainer;

@@ -36,6 +36,12 @@ enum class Phase : std::uint8_t {
 };
 inline constexpr int phase_count = 9;
 
+// The phases the training loop runs (the rest run on replica threads): what adds up to the
+// wall time of a run.
+constexpr bool on_training_loop(Phase p) {
+  return p == Phase::data_wait || p == Phase::step || p == Phase::callbacks || p == Phase::validation;
+}
+
 inline char const* name_of(Phase p) {
   constexpr std::array<char const*, phase_count> names = {"data wait", "step",     "forward",   "backward", "gradient wait",
                                                           "update",    "all-reduce", "callbacks", "validation"};

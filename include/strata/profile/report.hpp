@@ -89,19 +89,15 @@ struct Report {
     out += "  where the time went       ms/step    share\n";
     for (PhaseTime const& t : phases) {
       if (t.phase == Phase::all_reduce) continue;
-      bool const inner = t.phase != Phase::data_wait && t.phase != Phase::step && t.phase != Phase::callbacks &&
-                         t.phase != Phase::validation;
+      bool const inner = !on_training_loop(t.phase);
       std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name_of(t.phase),
                     t.ms_per_step(steps), wall_seconds > 0 ? 100.0 * t.seconds / wall_seconds : 0.0);
       out += line;
     }
     if (replicas.size() > 1) {
-      auto const slowest = std::max_element(replicas.begin(), replicas.end(), [](auto const& a, auto const& b) {
-        return a.forward + a.backward < b.forward + b.backward;
-      });
-      auto const fastest = std::min_element(replicas.begin(), replicas.end(), [](auto const& a, auto const& b) {
-        return a.forward + a.backward < b.forward + b.backward;
-      });
+      auto const [fastest, slowest] = std::minmax_element(
+          replicas.begin(), replicas.end(),
+          [](auto const& a, auto const& b) { return a.forward + a.backward < b.forward + b.backward; });
       auto ms = [&](ReplicaTime const& r) { return steps ? (r.forward + r.backward) * 1e3 / double(steps) : 0.0; };
       std::snprintf(line, sizeof line, "  forward+backward per replica: %.3f ms (worker %d replica %d) to %.3f ms (worker %d replica %d)\n",
                     ms(*fastest), fastest->worker, fastest->replica, ms(*slowest), slowest->worker, slowest->replica);
@@ -174,10 +170,10 @@ inline Report summarize(RunProfile const& run) {
     totals[std::size_t(Phase::gradient_wait)] += r.gradient_wait / n;
     totals[std::size_t(Phase::update)] += r.update / n;
   }
-  for (Phase p : {Phase::data_wait, Phase::step, Phase::callbacks, Phase::validation})
-    report.wall_seconds += totals[std::size_t(p)];
-  for (int p = 0; p < phase_count; ++p)
+  for (int p = 0; p < phase_count; ++p) {
+    if (on_training_loop(Phase(p))) report.wall_seconds += totals[std::size_t(p)];
     if (seen[std::size_t(p)]) report.phases.push_back({Phase(p), totals[std::size_t(p)]});
+  }
 
   // The collectives: latency, volume, bandwidth, and their overlap with their replica's backward.
   std::map<std::tuple<int, int, std::int64_t>, Span> backward;

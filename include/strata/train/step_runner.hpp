@@ -114,7 +114,7 @@ class StepRunner : public StepProgress<Config> {
       if constexpr (Pass::copies_ahead)
         if (following) ahead = following->shard(first + r);
       auto const begin = probe_.now();
-      decltype(probe_.now()) forward_end{};
+      typename Probe::Stamp forward_end{};
       tallies_[std::size_t(r)] = pass.train(
           *model_, update_.forward_weights(r), loss_, shard, staged, ahead ? &*ahead : nullptr,
           {true, micro.dropout_seed, shard.first_sample}, micro.loss_scale, sync_.gradients(r), micro.accumulate,
