@@ -50,6 +50,20 @@ TEST_CASE_TEMPLATE("Mirrored<N> matches OneDevice on the same global batches (21
   CHECK(relative_difference(train_weights<T>(30, Adam{.lr = 1e-3f}), train_weights<Trainer<OneDevice>>(30, Adam{.lr = 1e-3f})) < 1e-5);
 }
 
+// CentralStorage<N> on the CPU: one copy of the variables, N replicas reducing into it. It
+// must train what Mirrored<N> trains, bit for bit (the host step is the same), and what
+// OneDevice trains on the same global batches.
+TEST_CASE_TEMPLATE("CentralStorage<N> matches Mirrored<N> bit for bit and OneDevice within 1e-5", T,
+                   Trainer<CentralStorage<2>>, Trainer<CentralStorage<3>>) {
+  constexpr int n = T::num_replicas;
+  Adam const adam{.lr = 1e-3f};
+  auto const central = train_weights<T>(30, adam);
+  CHECK(central == train_weights<Trainer<Mirrored<n>>>(30, adam));
+  CHECK(relative_difference(central, train_weights<Trainer<OneDevice>>(30, adam)) < 1e-5);
+  CHECK(T{}.num_replicas_in_sync() == n);
+  CHECK(T::config::describe().find("CentralStorage<" + std::to_string(n) + ">") != std::string::npos);
+}
+
 // 602 samples at 30: the last batch has 2 samples, so 2 of 4 replicas get empty shards.
 TEST_CASE("a last batch smaller than the replicas leaves some shards empty and still matches OneDevice") {
   Sgd const sgd{.lr = 0.05f, .momentum = 0.9f};

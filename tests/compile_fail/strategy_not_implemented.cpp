@@ -1,6 +1,6 @@
 #include "strata.hpp"
 #ifdef STRATA_MUST_FAIL
-strata::Strategy<strata::CentralStorage<2>> strategy;
+strata::Strategy<strata::ParameterServer<2, 1>> strategy;
 #else
 strata::Strategy<strata::Mirrored<2>> strategy;
 #endif

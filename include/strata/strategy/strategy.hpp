@@ -52,7 +52,8 @@ struct PerReplica {
 template <class Config>
 inline constexpr bool strategy_is_available = Config::strategy::kind == policy::StrategyKind::one_device ||
                                               Config::strategy::kind == policy::StrategyKind::mirrored ||
-                                              Config::strategy::kind == policy::StrategyKind::multi_worker_mirrored;
+                                              Config::strategy::kind == policy::StrategyKind::multi_worker_mirrored ||
+                                              Config::strategy::kind == policy::StrategyKind::central_storage;
 
 // Whether the program includes what a multi-process strategy runs on (strata/multi_worker.hpp).
 template <class Strategy>
@@ -61,12 +62,17 @@ inline constexpr bool multi_worker_linked = false;
 template <class Config>
 class BasicStrategy {
   static_assert(strategy_is_available<Config>,
-                "strata: this strategy is parsed but not implemented yet; OneDevice, Mirrored<N> and "
-                "MultiWorkerMirrored<N> run today (see docs/roadmap.md)");
+                "strata: Strategy and Trainer do not run this strategy; OneDevice, Mirrored<N>, "
+                "MultiWorkerMirrored<N> and CentralStorage<N> (on strata::Cpu) run through them today "
+                "(docs/roadmap.md)");
   static_assert(Config::strategy::kind != policy::StrategyKind::multi_worker_mirrored ||
                     multi_worker_linked<typename Config::strategy>,
                 "strata::MultiWorkerMirrored needs #include <strata/multi_worker.hpp> and the strata::mpi CMake "
                 "target (docs/multi_worker.md)");
+  static_assert(Config::strategy::kind != policy::StrategyKind::central_storage ||
+                    std::is_same_v<typename Config::device, policy::Cpu>,
+                "strata::CentralStorage<N> on strata::Cuda (variables in host memory, GPUs computing) is not built "
+                "yet; Mirrored<N> on strata::Cuda runs today (docs/roadmap.md)");
   using communicator_for = replica_communicator_for<typename Config::strategy>;
 
  public:

@@ -246,6 +246,22 @@ template <class Strategy>
 concept InProcessStrategy =
     Strategy::kind == policy::StrategyKind::one_device || Strategy::kind == policy::StrategyKind::mirrored;
 
+// CentralStorage<N> on the CPU: the variables' one copy is in host memory, the N replica
+// threads reduce their gradients into it and its update is applied once, each weight by
+// the thread that owns its slice. That is exactly the step Mirrored<N> runs on the host
+// (one shared copy, no collective), so the two share it. On Cuda, where Mirrored keeps a
+// copy per GPU, CentralStorage would keep the variables on the host: not built yet.
+template <class Strategy>
+concept CentralStorageStrategy = Strategy::kind == policy::StrategyKind::central_storage;
+
+template <CentralStorageStrategy Strategy, class Bucket>
+struct GradientSync<Strategy, policy::Cpu, Bucket> {
+  static_assert(Bucket::bytes == policy::default_bucket_bytes,
+                "strata::BucketBytes<B> has no effect on CentralStorage<N> on strata::Cpu: its replicas reduce "
+                "into the central copy in place, with no buckets to size; drop BucketBytes<B>");
+  using type = ThreadSync<Strategy::replicas>;
+};
+
 template <InProcessStrategy Strategy, class Bucket>
 struct GradientSync<Strategy, policy::Cpu, Bucket> {
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
