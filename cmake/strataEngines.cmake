@@ -1,7 +1,8 @@
 # The optional engines as interface targets: strata::mpi (Open MPI), strata::nccl (CUDA
 # runtime + NCCL), strata::cuda (the Cuda device backend: CUDA runtime, cuBLAS, NVRTC),
 # strata::blas (Eigen's products through OpenBLAS), strata::text (utf8proc, for the BERT
-# tokenizer) and strata::tensorboard (Protocol Buffers, for TensorBoard event files).
+# tokenizer), strata::ps (ZeroMQ, for ParameterServer's messages) and strata::tensorboard
+# (Protocol Buffers, for TensorBoard event files).
 # strata's own build and the installed package config both include this file, so the two
 # define them the same way. A dependency that is not found leaves its target undefined; the
 # headers that need it are then simply not usable.
@@ -67,6 +68,18 @@ if(NOT TARGET strata::text)
     add_library(strata::text INTERFACE IMPORTED)
     target_include_directories(strata::text SYSTEM INTERFACE ${STRATA_UTF8PROC_INCLUDE_DIR})
     target_link_libraries(strata::text INTERFACE strata::strata ${STRATA_UTF8PROC_LIBRARY})
+  endif()
+endif()
+# ZeroMQ with its C++ binding (Debian's libzmq3-dev and cppzmq-dev): the messages between
+# ParameterServer's workers, servers and coordinator (strata/ps.hpp), over inproc:// between
+# threads and tcp:// between processes.
+if(NOT TARGET strata::ps)
+  find_path(STRATA_CPPZMQ_INCLUDE_DIR zmq.hpp)
+  find_library(STRATA_ZMQ_LIBRARY zmq)
+  if(STRATA_CPPZMQ_INCLUDE_DIR AND STRATA_ZMQ_LIBRARY)
+    add_library(strata::ps INTERFACE IMPORTED)
+    target_include_directories(strata::ps SYSTEM INTERFACE ${STRATA_CPPZMQ_INCLUDE_DIR})
+    target_link_libraries(strata::ps INTERFACE strata::strata ${STRATA_ZMQ_LIBRARY})
   endif()
 endif()
 # Protocol Buffers (Debian's libprotobuf-dev and protobuf-compiler): TensorBoard event files

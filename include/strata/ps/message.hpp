@@ -1,0 +1,117 @@
+#pragma once
+// The messages between ParameterServer's workers and servers: one fixed header and a payload
+// of floats (weights or a gradient) or of text (an error), in one ZeroMQ frame. The header
+// carries the job's fingerprint (ps::Partition::fingerprint), so a message of another job,
+// another model or another program is rejected by name, and every length is checked against
+// the frame before anything is read: a malformed frame is an error reply, never a crash.
+// Numbers travel in the machine's byte order; strata's machines are all little-endian x86.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <zmq.hpp>
+
+#include "strata/core/error.hpp"
+
+namespace strata::ps {
+
+enum class Kind : std::uint16_t {
+  pull = 1,     // worker -> server: send me your weights
+  weights = 2,  // server -> worker: the weights, at `version`
+  push = 3,     // worker -> server: the gradient of step `step`, computed on weights at `version`
+  applied = 4,  // server -> worker: applied (or applied before); `version` is the server's now
+  stale = 5,    // server -> worker: not applied, older than the staleness bound allows
+  error = 6,    // either way: the request could not be served; the payload says why
+};
+
+inline char const* name(Kind k) {
+  switch (k) {
+    case Kind::pull: return "pull";
+    case Kind::weights: return "weights";
+    case Kind::push: return "push";
+    case Kind::applied: return "applied";
+    case Kind::stale: return "stale";
+    case Kind::error: return "error";
+  }
+  return "unknown";
+}
+
+struct Header {
+  static constexpr std::uint32_t strata_magic = 0x53505453;  // "STPS"
+  static constexpr std::uint16_t current_protocol = 1;
+
+  std::uint32_t magic = strata_magic;
+  std::uint16_t protocol = current_protocol;
+  Kind kind = Kind::error;
+  std::uint64_t job = 0;     // the partition's fingerprint
+  std::int32_t sender = -1;  // the worker's index (servers answer as -1)
+  std::int32_t server = 0;   // the server the request is for
+  std::int64_t step = -1;    // push: the step the gradient belongs to
+  std::int64_t version = 0;  // see Kind
+  std::uint64_t count = 0;   // payload: floats, or bytes of text for an error
+};
+static_assert(sizeof(Header) == 48, "ps::Header is sent as its bytes");
+
+// One message made from a header and its payload.
+inline zmq::message_t encode(Header header, std::span<float const> floats) {
+  header.count = floats.size();
+  zmq::message_t message(sizeof(Header) + floats.size_bytes());
+  std::memcpy(message.data(), &header, sizeof(Header));
+  if (!floats.empty()) std::memcpy(static_cast<std::byte*>(message.data()) + sizeof(Header), floats.data(), floats.size_bytes());
+  return message;
+}
+inline zmq::message_t encode_error(Header header, std::string_view text) {
+  header.kind = Kind::error;
+  header.count = text.size();
+  zmq::message_t message(sizeof(Header) + text.size());
+  std::memcpy(message.data(), &header, sizeof(Header));
+  if (!text.empty()) std::memcpy(static_cast<std::byte*>(message.data()) + sizeof(Header), text.data(), text.size());
+  return message;
+}
+
+// A received frame whose header and length were checked: `job` is the fingerprint it must carry.
+class Message {
+ public:
+  Message(zmq::message_t const& frame, std::uint64_t job) : frame_(&frame) {
+    auto fail = [&](auto const&... what) {
+      throw CommError(strata::detail::message("ps: rejected a message of ", frame.size(), " bytes: ", what...));
+    };
+    if (frame.size() < sizeof(Header)) fail("shorter than the ", sizeof(Header), "-byte header");
+    std::memcpy(&header_, frame.data(), sizeof(Header));
+    if (header_.magic != Header::strata_magic) fail("not a strata ParameterServer message (magic ", header_.magic, ")");
+    if (header_.protocol != Header::current_protocol)
+      fail("protocol ", header_.protocol, ", but this build speaks ", Header::current_protocol,
+           "; run the same strata on every process of the job");
+    auto const k = static_cast<std::uint16_t>(header_.kind);
+    if (k < 1 || k > 6) fail("unknown kind ", k);
+    std::size_t const unit = header_.kind == Kind::error ? 1 : sizeof(float);
+    if (header_.count > (frame.size() - sizeof(Header)) / unit || sizeof(Header) + header_.count * unit != frame.size())
+      fail("its header announces ", header_.count, header_.kind == Kind::error ? " bytes" : " floats", " but the frame holds ",
+           frame.size() - sizeof(Header), " bytes after the header");
+    if (header_.job != job)
+      fail("it belongs to job ", header_.job, ", not ", job,
+           " (another model, another number of servers, or another program)");
+  }
+
+  [[nodiscard]] Header const& header() const { return header_; }
+  [[nodiscard]] std::size_t floats() const { return header_.kind == Kind::error ? 0 : std::size_t(header_.count); }
+  // Copies floats [first, first + out.size()) of the payload to `out` (the frame need not be aligned).
+  void copy_floats(std::size_t first, std::span<float> out) const {
+    std::memcpy(out.data(), static_cast<std::byte const*>(frame_->data()) + sizeof(Header) + first * sizeof(float),
+                out.size_bytes());
+  }
+  [[nodiscard]] std::string text() const {
+    if (header_.kind != Kind::error) return {};
+    return {static_cast<char const*>(frame_->data()) + sizeof(Header), std::size_t(header_.count)};
+  }
+
+ private:
+  zmq::message_t const* frame_;
+  Header header_{};
+};
+
+}  // namespace strata::ps

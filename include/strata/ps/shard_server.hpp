@@ -1,0 +1,175 @@
+#pragma once
+// ShardServer: one ParameterServer server. It holds its shards of the variables (ps::Partition)
+// and their optimizer state, answers pulls with its weights and its version (the updates it
+// has applied), and applies a pushed gradient with the user's optimizer when the gradient is
+// fresh enough:
+//
+//   a push computed on weights at version v is applied when  version - v <= staleness,
+//   and answered `stale` otherwise (the worker pulls again and recomputes).
+//
+// Each step is applied at most once: a step pushed again (a worker retried after losing an
+// answer, or a re-scheduled step) is answered `applied` without touching the weights.
+// handle() is the whole protocol and touches no socket; serve() runs it on a ZeroMQ ROUTER
+// socket (inproc:// for threads, tcp:// for processes) until told to stop.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "strata/core/aligned_buffer.hpp"
+#include "strata/core/error.hpp"
+#include "strata/nn/layer.hpp"
+#include "strata/optim/optimizer.hpp"
+#include "strata/ps/message.hpp"
+#include "strata/ps/partition.hpp"
+
+namespace strata::ps {
+
+template <optim::Optimizer Opt>
+class ShardServer {
+  static_assert(!optim::LayerwiseOptimizer<Opt>,
+                "strata::ps: a layer-wise optimizer (Lamb) needs each whole tensor's norms, which a server holding "
+                "one shard of a tensor cannot see; use Adam, AdamW or Sgd with ParameterServer");
+
+ public:
+  // `initial`: the whole arena of weights (every process starts from the same, the chief's).
+  ShardServer(Partition const& partition, int server, std::vector<nn::ParameterTensor> const& tensors,
+              std::span<float const> initial, Opt const& optimizer, int staleness)
+      : optimizer_(optimizer), shards_(partition.of(server)), job_(partition.fingerprint()), server_(server),
+        staleness_(staleness) {
+    optimizer_.validate();
+    if (staleness < 0)
+      throw ConfigError(strata::detail::message("ps: staleness ", staleness, " must be >= 0 (0: synchronous)"));
+    std::size_t floats = 0;
+    for (auto const& s : shards_) {
+      if (s.end > initial.size())
+        throw ConfigError(strata::detail::message("ps::ShardServer: shard [", s.begin, ", ", s.end, ") of server ", server,
+                                                  " lies outside the ", initial.size(), "-float model"));
+      bool decay = true;
+      if constexpr (requires { optimizer_.decays(std::string()); }) decay = optimizer_.decays(tensors[s.tensor].name);
+      decays_.push_back(decay);
+      floats += s.size();
+    }
+    weights_ = AlignedBuffer(floats);
+    state_ = optimizer_.make_state(floats);
+    std::size_t at = 0;
+    for (auto const& s : shards_) {
+      std::copy(initial.begin() + std::ptrdiff_t(s.begin), initial.begin() + std::ptrdiff_t(s.end), weights_.data() + at);
+      at += s.size();
+    }
+  }
+
+  // The reply to one request. Never throws for what a peer sent: a malformed or foreign
+  // message gets an error reply that says what was wrong.
+  zmq::message_t handle(zmq::message_t const& request) {
+    Header reply;
+    reply.job = job_;
+    reply.server = server_;
+    reply.version = version_;
+    auto refuse = [&](std::string const& why) {
+      ++rejected_;
+      return encode_error(reply, why);
+    };
+    try {
+      Message const message(request, job_);
+      Header const& h = message.header();
+      reply.step = h.step;
+      if (h.server != server_)
+        return refuse(strata::detail::message("this is server ", server_, ", not server ", h.server));
+      if (h.kind == Kind::pull) {
+        reply.kind = Kind::weights;
+        ++pulls_;
+        return encode(reply, {weights_.data(), weights_.size()});
+      }
+      if (h.kind != Kind::push)
+        return refuse(strata::detail::message("a server answers pull and push, not ", name(h.kind)));
+      if (message.floats() != weights_.size())
+        return refuse(strata::detail::message("a push to server ", server_, " must hold its ", weights_.size(),
+                                              " floats, not ", message.floats()));
+      if (h.version > version_ || h.version < 0 || h.step < 0)
+        return refuse(strata::detail::message("a push of step ", h.step, " computed on version ", h.version,
+                                              ", but this server is at version ", version_));
+      if (applied_steps_.contains(h.step)) {  // already applied: at most once
+        reply.kind = Kind::applied;
+        return encode(reply, {});
+      }
+      if (version_ - h.version > staleness_) {
+        reply.kind = Kind::stale;
+        ++stale_;
+        return encode(reply, {});
+      }
+      gradient_.resize(weights_.size());
+      message.copy_floats(0, gradient_);
+      apply(gradient_);
+      applied_steps_.insert(h.step);
+      reply.kind = Kind::applied;
+      reply.version = version_;
+      return encode(reply, {});
+    } catch (std::exception const& e) {
+      return refuse(e.what());
+    }
+  }
+
+  // Answers requests on `socket` (a bound ROUTER) until `stop` is set; checks it every `tick`.
+  void serve(zmq::socket_t& socket, std::atomic<bool> const& stop,
+             std::chrono::milliseconds tick = std::chrono::milliseconds(20)) {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    while (!stop.load(std::memory_order_acquire)) {
+      if (zmq::poll(&item, 1, tick) == 0) continue;
+      zmq::message_t identity, request;
+      if (!socket.recv(identity, zmq::recv_flags::dontwait)) continue;
+      if (!identity.more()) continue;  // not a peer's [identity][request]: nothing to answer
+      (void)socket.recv(request);
+      while (request.more()) {  // extra frames: answer the first, drop the rest
+        zmq::message_t extra;
+        (void)socket.recv(extra);
+        if (!extra.more()) break;
+      }
+      zmq::message_t reply = handle(request);
+      socket.send(identity, zmq::send_flags::sndmore);
+      socket.send(reply, zmq::send_flags::none);
+    }
+  }
+
+  [[nodiscard]] std::int64_t version() const { return version_; }
+  [[nodiscard]] std::int64_t stale_pushes() const { return stale_; }
+  [[nodiscard]] std::int64_t rejected_messages() const { return rejected_; }
+  [[nodiscard]] std::span<float const> weights() const { return {weights_.data(), weights_.size()}; }
+  [[nodiscard]] std::vector<Shard> const& shards() const { return shards_; }
+
+ private:
+  // Adam's t is the update's number on this server: version + 1, as OneDevice counts steps.
+  void apply(std::span<float const> gradient) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+      std::size_t const n = shards_[i].size();
+      optimizer_.update(std::span<float>(weights_.data() + at, n), gradient.subspan(at, n), state_, at,
+                        optim::StepInfo{version_ + 1, 1.0f, bool(decays_[i])});
+      at += n;
+    }
+    ++version_;
+  }
+
+  Opt optimizer_;
+  typename Opt::State state_;
+  std::vector<Shard> shards_;
+  std::vector<char> decays_;
+  std::uint64_t job_;
+  int server_;
+  int staleness_;
+  AlignedBuffer weights_;
+  std::vector<float> gradient_;
+  std::int64_t version_ = 0;
+  std::int64_t pulls_ = 0, stale_ = 0, rejected_ = 0;
+  std::set<std::int64_t> applied_steps_;
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,204 @@
+#pragma once
+// ps::Worker: one ParameterServer worker. A step pulls every server's shards, runs forward
+// and backward on the worker's batch (the same ReplicaPass a Mirrored replica runs), scales
+// the gradient to the batch mean, clips it by its global norm where asked (the worker holds
+// the whole gradient, so the norm is exact), and pushes each server its part. A server that
+// answers `stale` (the weights moved more than the staleness bound allows while the worker
+// computed) makes the worker pull and compute again; servers that applied the step already
+// ignore its repeat, so no step is applied twice anywhere.
+//
+// It talks to the servers over one ZeroMQ DEALER socket per server; a server that does not
+// answer within the timeout is a CommError naming it and its address.
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "strata/core/error.hpp"
+#include "strata/core/random.hpp"
+#include "strata/data/batch.hpp"
+#include "strata/nn/loss.hpp"
+#include "strata/policy/device.hpp"
+#include "strata/ps/message.hpp"
+#include "strata/ps/partition.hpp"
+#include "strata/strategy/distribute.hpp"
+#include "strata/train/replica_pass.hpp"
+#include "strata/train/slice_update.hpp"
+
+namespace strata::ps {
+
+struct WorkerOptions {
+  std::chrono::milliseconds timeout{10'000};  // a server silent this long is lost
+  float clip_global_norm = 0.0f;              // > 0: clip each step's gradient to this global L2 norm
+  std::uint64_t seed = 0;                     // dropout: mixed with the step number, as fit does
+  int max_attempts = 1000;                    // stale answers before the step is given up
+};
+
+// What one step did on a worker.
+struct StepResult {
+  train::Tally tally;
+  int attempts = 1;  // 1 + the times a server answered `stale`
+};
+
+template <class Model, nn::Loss LossFn>
+class Worker {
+ public:
+  Worker(zmq::context_t& context, std::vector<std::string> const& servers, Partition const& partition, Model const& model,
+         LossFn const& loss, int max_batch, int index, WorkerOptions options = {})
+      : model_(model), loss_(loss), pass_(max_batch, 0), partition_(partition), job_(partition.fingerprint()),
+        endpoints_(servers), index_(index), options_(options), versions_(servers.size(), 0) {
+    if (int(servers.size()) != partition.servers())
+      throw ConfigError(strata::detail::message("ps::Worker: ", servers.size(), " server addresses for a partition over ",
+                                                partition.servers(), " servers"));
+    if (!(options.clip_global_norm >= 0.0f) || !std::isfinite(options.clip_global_norm))
+      throw ConfigError(strata::detail::message("ps::Worker: clip_global_norm ", options.clip_global_norm,
+                                                " must be a finite number >= 0 (0 turns clipping off)"));
+    for (int s = 0; s < partition.servers(); ++s) {
+      shards_.push_back(partition.of(s));
+      buffers_.emplace_back(partition.floats(s));
+      sockets_.emplace_back(context, zmq::socket_type::dealer);
+      sockets_.back().set(zmq::sockopt::linger, 0);
+      sockets_.back().connect(servers[std::size_t(s)]);
+    }
+  }
+
+  // Every server's weights into this worker's model, and the versions they were at.
+  void pull() {
+    for (int s = 0; s < servers(); ++s) send(s, Kind::pull, -1, 0, {});
+    for (int s = 0; s < servers(); ++s) {
+      auto const reply = receive(s, Kind::weights);
+      Message const message(reply, job_);
+      if (message.floats() != buffers_[std::size_t(s)].size())
+        throw CommError(strata::detail::message("ps: server ", s, " sent ", message.floats(), " floats, not its ",
+                                                buffers_[std::size_t(s)].size()));
+      versions_[std::size_t(s)] = message.header().version;
+      std::span<float> weights = model_.parameters();
+      std::size_t at = 0;
+      for (auto const& shard : shards_[std::size_t(s)]) {
+        message.copy_floats(at, weights.subspan(shard.begin, shard.size()));
+        at += shard.size();
+      }
+    }
+  }
+
+  // Step `step` on `batch` (the whole of it): pull, compute, push, again while a server
+  // answers stale. Returns the loss and accuracy counts of the computation that was applied.
+  StepResult train_on_batch(data::Batch const& batch, std::int64_t step) {
+    StepResult result;
+    for (;; ++result.attempts) {
+      pull();
+      result.tally = compute(batch, step);
+      if (push(step)) return result;
+      if (result.attempts >= options_.max_attempts)
+        throw CommError(strata::detail::message("ps: worker ", index_, " pushed step ", step, " ", result.attempts,
+                                                " times and a server answered stale every time; raise the staleness "
+                                                "bound or add servers"));
+    }
+  }
+
+  [[nodiscard]] Model const& model() const { return model_; }
+  [[nodiscard]] int index() const { return index_; }
+  [[nodiscard]] int servers() const { return int(sockets_.size()); }
+  // The version of each server's weights at the last pull.
+  [[nodiscard]] std::vector<std::int64_t> const& versions() const { return versions_; }
+
+ private:
+  // Forward and backward on the whole batch into the model's gradients, scaled to the batch
+  // mean and clipped. The dropout seed is fit's for the same step number.
+  train::Tally compute(data::Batch const& batch, std::int64_t step) {
+    strategy::DistributedBatch const whole(batch, 1);
+    strategy::Shard const shard = whole.shard(0);
+    float* gradients = model_.gradients().data();
+    train::Tally const tally = pass_.train(model_, model_.parameters().data(), loss_, shard, false, nullptr,
+                                           {true, mix64(options_.seed, std::uint64_t(step)), shard.first_sample}, 1.0f,
+                                           gradients, false, [](std::size_t) {}, [] {});
+    std::size_t const n = model_.gradients().size();
+    float const scale = 1.0f / float(batch.size);
+    for (std::size_t i = 0; i < n; ++i) gradients[i] = gradients[i] * scale;
+    if (options_.clip_global_norm > 0.0f) {
+      double const norm = std::sqrt(train::sum_of_squares(gradients, n));
+      if (norm > options_.clip_global_norm) {
+        float const factor = float(options_.clip_global_norm / norm);
+        for (std::size_t i = 0; i < n; ++i) gradients[i] *= factor;
+      }
+    }
+    return tally;
+  }
+
+  // Each server its part of the gradient; true when every server applied the step.
+  bool push(std::int64_t step) {
+    std::span<float const> gradients = model_.gradients();
+    for (int s = 0; s < servers(); ++s) {
+      auto& buffer = buffers_[std::size_t(s)];
+      std::size_t at = 0;
+      for (auto const& shard : shards_[std::size_t(s)]) {
+        std::copy_n(gradients.data() + shard.begin, shard.size(), buffer.data() + at);
+        at += shard.size();
+      }
+      send(s, Kind::push, step, versions_[std::size_t(s)], buffer);
+    }
+    bool all_applied = true;
+    for (int s = 0; s < servers(); ++s) {
+      auto const reply = receive(s, Kind::applied, Kind::stale);
+      if (Message(reply, job_).header().kind == Kind::stale) all_applied = false;
+    }
+    return all_applied;
+  }
+
+  void send(int s, Kind kind, std::int64_t step, std::int64_t version, std::span<float const> floats) {
+    Header h;
+    h.kind = kind;
+    h.job = job_;
+    h.sender = index_;
+    h.server = s;
+    h.step = step;
+    h.version = version;
+    auto message = encode(h, floats);
+    if (!sockets_[std::size_t(s)].send(message, zmq::send_flags::dontwait))
+      throw CommError(strata::detail::message("ps: worker ", index_, " could not queue a ", name(kind), " for server ",
+                                              s, " at ", endpoints_[std::size_t(s)]));
+  }
+
+  // Server s's answer, of one of the `expected` kinds; an error answer or silence past the
+  // timeout is a CommError naming the server.
+  template <class... Kinds>
+  zmq::message_t receive(int s, Kinds... expected) {
+    auto& socket = sockets_[std::size_t(s)];
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, options_.timeout) == 0)
+      throw CommError(strata::detail::message("ps: server ", s, " at ", endpoints_[std::size_t(s)],
+                                              " did not answer worker ", index_, " within ", options_.timeout.count(),
+                                              " ms; is it running?"));
+    zmq::message_t reply;
+    (void)socket.recv(reply);
+    Message const message(reply, job_);
+    Kind const kind = message.header().kind;
+    if (kind == Kind::error)
+      throw CommError(strata::detail::message("ps: server ", s, " refused worker ", index_, "'s request: ", message.text()));
+    if (((kind != expected) && ...))
+      throw CommError(strata::detail::message("ps: server ", s, " answered ", name(kind), " out of turn"));
+    return reply;
+  }
+
+  Model model_;  // its parameters: the pulled weights; its gradients: this worker's
+  LossFn loss_;
+  train::ReplicaPass<Model, policy::Cpu, float> pass_;
+  Partition partition_;
+  std::uint64_t job_;
+  std::vector<std::string> endpoints_;
+  int index_;
+  WorkerOptions options_;
+  std::vector<std::int64_t> versions_;
+  std::vector<std::vector<Shard>> shards_;
+  std::vector<std::vector<float>> buffers_;  // per server: its part of a gradient, packed
+  std::vector<zmq::socket_t> sockets_;
+};
+
+}  // namespace strata::ps
