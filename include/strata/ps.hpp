@@ -8,3 +8,5 @@
 #include "strata/ps/partition.hpp"
 #include "strata/ps/shard_server.hpp"
 #include "strata/ps/worker.hpp"
+#include "strata/ps/cluster_spec.hpp"
+#include "strata/ps/job.hpp"

@@ -70,10 +70,7 @@ class ShardServer {
   // The reply to one request. Never throws for what a peer sent: a malformed or foreign
   // message gets an error reply that says what was wrong.
   zmq::message_t handle(zmq::message_t const& request) {
-    Header reply;
-    reply.job = job_;
-    reply.server = server_;
-    reply.version = version_;
+    Header reply = answer(Kind::error);
     auto refuse = [&](std::string const& why) {
       ++rejected_;
       return encode_error(reply, why);
@@ -128,14 +125,27 @@ class ShardServer {
       if (!socket.recv(identity, zmq::recv_flags::dontwait)) continue;
       if (!identity.more()) continue;  // not a peer's [identity][request]: nothing to answer
       (void)socket.recv(request);
+      taken_over(request);
       while (request.more()) {  // extra frames: answer the first, drop the rest
         zmq::message_t extra;
         (void)socket.recv(extra);
         if (!extra.more()) break;
       }
-      zmq::message_t reply = handle(request);
+      bool const stopping = is_stop(request);
+      zmq::message_t reply = stopping ? encode(answer(Kind::applied), {}) : handle(request);
       socket.send(identity, zmq::send_flags::sndmore);
+      handing_over(reply);
       socket.send(reply, zmq::send_flags::none);
+      if (stopping) return;  // the chief ended the job
+    }
+  }
+
+  // Whether `request` is this job's stop message (the chief's, at the end of a job).
+  [[nodiscard]] bool is_stop(zmq::message_t const& request) const {
+    try {
+      return Message(request, job_).header().kind == Kind::stop;
+    } catch (std::exception const&) {
+      return false;  // handle() answers it with the reason
     }
   }
 
@@ -146,6 +156,15 @@ class ShardServer {
   [[nodiscard]] std::vector<Shard> const& shards() const { return shards_; }
 
  private:
+  Header answer(Kind kind) const {
+    Header h;
+    h.kind = kind;
+    h.job = job_;
+    h.server = server_;
+    h.version = version_;
+    return h;
+  }
+
   // Adam's t is the update's number on this server: version + 1, as OneDevice counts steps.
   void apply(std::span<float const> gradient) {
     std::size_t at = 0;

@@ -161,6 +161,7 @@ class Worker {
     h.step = step;
     h.version = version;
     auto message = encode(h, floats);
+    handing_over(message);
     if (!sockets_[std::size_t(s)].send(message, zmq::send_flags::dontwait))
       throw CommError(strata::detail::message("ps: worker ", index_, " could not queue a ", name(kind), " for server ",
                                               s, " at ", endpoints_[std::size_t(s)]));
@@ -178,6 +179,7 @@ class Worker {
                                               " ms; is it running?"));
     zmq::message_t reply;
     (void)socket.recv(reply);
+    taken_over(reply);
     Message const message(reply, job_);
     Kind const kind = message.header().kind;
     if (kind == Kind::error)

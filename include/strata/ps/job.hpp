@@ -1,0 +1,320 @@
+#pragma once
+// A ParameterServer job of separate processes, each started on its own with its role in
+// TF_CONFIG (ps/cluster_spec.hpp), talking over ZeroMQ on tcp://:
+//
+//   run_server(spec, ...)   a "ps" task: holds its shards and applies pushes until the chief
+//                           says stop
+//   run_worker(spec, ...)   a "worker" task: tells the chief it is ready, trains each step the
+//                           chief sends it (pull, compute, push) and reports back, until stop
+//   run_chief(spec, ...)    the "chief": the coordinator. It hands the steps of every epoch to
+//                           idle workers in order (the staleness bound gates them as
+//                           ps::Coordinator does), evaluates the servers' weights after each
+//                           epoch, and stops every process at the end
+//
+// Every process builds the same model from the same seed (the servers start from its
+// weights) and reads the same data: step k is batch k mod (batches per epoch) of epoch
+// k / (batches per epoch), in the order fit would shuffle it.
+//
+// Faults. A worker that does not report a step within `step_timeout` (killed, stalled, or
+// its machine gone) is dropped and its step handed to another worker; a worker started
+// again says it is ready and is given steps again. Servers apply each step at most once,
+// so a step re-run after its first worker pushed part of it is not applied twice. A server
+// that stops answering is a CommError on the workers (after `server_timeout`), which they
+// report to the chief, which stops the job with that error: the job's state is on the
+// servers, and a lost shard cannot be recomputed.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "strata/core/error.hpp"
+#include "strata/data/dataset.hpp"
+#include "strata/ps/cluster_spec.hpp"
+#include "strata/ps/message.hpp"
+#include "strata/ps/partition.hpp"
+#include "strata/ps/shard_server.hpp"
+#include "strata/ps/worker.hpp"
+#include "strata/train/logs.hpp"
+#include "strata/train/trainer.hpp"
+
+namespace strata::ps {
+
+struct JobOptions {
+  int epochs = 1;
+  int batch_size = 32;  // each step's batch, trained by one worker
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  int staleness = 0;  // S, as ps::CoordinatorOptions and ps::ShardServer
+  float clip_global_norm = 0.0f;
+  PartitionOptions partition{};
+  std::chrono::milliseconds step_timeout{30'000};    // chief: a worker silent this long on a step is lost
+  std::chrono::milliseconds server_timeout{10'000};  // workers, chief: a server silent this long is lost
+  std::chrono::milliseconds idle_timeout{120'000};   // chief with no live worker, worker with no word from the chief
+};
+
+// What a worker reports with a finished step (sent as 8 floats' worth of bytes).
+struct StepReport {
+  double loss_sum = 0, correct = 0, samples = 0, attempts = 0;
+};
+static_assert(sizeof(StepReport) == 8 * sizeof(float));
+
+namespace detail {
+
+inline Header job_header(std::uint64_t job, Kind kind, std::int64_t step = -1, int sender = -1) {
+  Header h;
+  h.kind = kind;
+  h.job = job;
+  h.step = step;
+  h.sender = sender;
+  return h;
+}
+
+// The batches every process numbers the same way.
+inline data::BatchedDataset job_batches(data::Dataset const& train, JobOptions const& options) {
+  if (options.batch_size < 1)
+    throw ConfigError(strata::detail::message("ps job: batch_size ", options.batch_size, " must be at least 1"));
+  if (train.empty()) throw DataError("ps job: the training dataset is empty; give it at least one sample");
+  return (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
+}
+
+}  // namespace detail
+
+// A "ps" task: serves its shards on its address until the chief's stop.
+template <class Model, optim::Optimizer Opt>
+void run_server(ClusterSpec const& spec, Model const& initial, Opt const& optimizer, JobOptions const& options) {
+  if (spec.role != Role::ps) throw ConfigError(strata::detail::message("ps::run_server: this task is ", name(spec.role)));
+  Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
+  ShardServer<Opt> server(partition, spec.index, Model::parameter_tensors(), initial.parameters(), optimizer,
+                          options.staleness);
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::router);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.bind(ClusterSpec::bind_address(spec.own_address()));
+  std::atomic<bool> const never{false};
+  server.serve(socket, never);  // returns on stop
+}
+
+// A "worker" task: trains the steps the chief sends until the chief's stop.
+template <class Model, nn::Loss LossFn>
+void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& loss, data::Dataset const& train,
+                JobOptions const& options) {
+  if (spec.role != Role::worker) throw ConfigError(strata::detail::message("ps::run_worker: this task is ", name(spec.role)));
+  Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
+  std::uint64_t const job = partition.fingerprint();
+  auto const batches = detail::job_batches(train, options);
+  std::int64_t const per_epoch = batches.batches_per_epoch();
+  zmq::context_t context(1);
+  Worker<Model, LossFn> worker(context, spec.server_addresses(), partition, initial, loss, options.batch_size, spec.index,
+                               {options.server_timeout, options.clip_global_norm, options.seed});
+  zmq::socket_t chief(context, zmq::socket_type::dealer);
+  chief.set(zmq::sockopt::linger, 1000);  // let the last report leave
+  chief.connect(ClusterSpec::connect_address(spec.chief));
+  auto send = [&](zmq::message_t m) { chief.send(m, zmq::send_flags::none); };
+  send(encode(detail::job_header(job, Kind::ready, -1, spec.index), {}));
+  zmq::pollitem_t item{chief.handle(), 0, ZMQ_POLLIN, 0};
+  for (;;) {
+    if (zmq::poll(&item, 1, options.idle_timeout) == 0)
+      throw CommError(strata::detail::message("ps: worker ", spec.index, " heard nothing from the chief at ", spec.chief,
+                                              " for ", options.idle_timeout.count(), " ms"));
+    zmq::message_t frame;
+    (void)chief.recv(frame);
+    Message const message(frame, job);
+    if (message.header().kind == Kind::stop) return;
+    if (message.header().kind != Kind::task) continue;
+    std::int64_t const step = message.header().step;
+    try {
+      auto stream = batches.stream(step / per_epoch, step % per_epoch, 1);
+      data::Batch const* batch = stream->next();
+      StepResult const result = worker.train_on_batch(*batch, step);
+      StepReport const report{result.tally.loss_sum, double(result.tally.correct), double(result.tally.samples),
+                              double(result.attempts)};
+      float floats[8];
+      std::memcpy(floats, &report, sizeof report);
+      send(encode(detail::job_header(job, Kind::done, step, spec.index), floats));
+    } catch (std::exception const& e) {  // the chief stops the job with this worker's reason
+      send(encode_error(detail::job_header(job, Kind::error, step, spec.index), e.what()));
+      throw;
+    }
+  }
+}
+
+// The chief: runs the job's epochs on the workers that report ready, evaluates after each
+// epoch (when `validation` is given), stops every process, and returns the History.
+// `on_epoch` (optional) sees each epoch's logs as they are made; `events` (optional) each
+// notable event in words ("worker 1 lost: ...", "worker 1 joined").
+template <class Model, nn::Loss LossFn>
+train::History run_chief(ClusterSpec const& spec, Model const& initial, LossFn const& loss, data::Dataset const& train,
+                         std::optional<data::Dataset> const& validation, JobOptions const& options,
+                         std::function<void(train::EpochLogs const&)> const& on_epoch = {},
+                         std::function<void(std::string const&)> const& events = {}, Model* trained = nullptr) {
+  using Clock = std::chrono::steady_clock;
+  if (spec.role != Role::chief) throw ConfigError(strata::detail::message("ps::run_chief: this task is ", name(spec.role)));
+  if (options.epochs < 1) throw ConfigError(strata::detail::message("ps job: epochs ", options.epochs, " must be at least 1"));
+  if (options.staleness < 0)
+    throw ConfigError(strata::detail::message("ps job: staleness ", options.staleness, " must be >= 0 (0: synchronous)"));
+  Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
+  std::uint64_t const job = partition.fingerprint();
+  std::int64_t const per_epoch = detail::job_batches(train, options).batches_per_epoch();
+  auto say = [&](std::string const& what) {
+    if (events) events(what);
+  };
+
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::router);
+  socket.set(zmq::sockopt::linger, 1000);
+  socket.bind(ClusterSpec::bind_address(spec.chief));
+  // The chief's own view of the servers: pulls the weights to evaluate them.
+  Worker<Model, LossFn> reader(context, spec.server_addresses(), partition, initial, loss, 1, -1,
+                               {options.server_timeout});
+
+  struct Peer {
+    int index = -1;
+    std::int64_t step = -1;  // the step it is training, or -1: idle
+    Clock::time_point deadline{};
+  };
+  std::map<std::string, Peer> peers;  // by ZeroMQ identity; a worker started again is a new peer
+  auto send_to = [&](std::string const& identity, zmq::message_t m) {
+    socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    socket.send(m, zmq::send_flags::none);
+  };
+  auto stop_everyone = [&] {
+    for (auto const& [identity, peer] : peers) send_to(identity, encode(detail::job_header(job, Kind::stop), {}));
+    for (std::size_t s = 0; s < spec.servers.size(); ++s) {
+      zmq::socket_t server(context, zmq::socket_type::dealer);
+      server.set(zmq::sockopt::linger, 1000);
+      server.connect(ClusterSpec::connect_address(spec.servers[s]));
+      Header h = detail::job_header(job, Kind::stop);
+      h.server = int(s);
+      server.send(encode(h, {}), zmq::send_flags::none);
+      zmq::pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(2000)) > 0) {
+        zmq::message_t ack;
+        (void)server.recv(ack);
+      }
+    }
+  };
+
+  train::History history;
+  Model evaluated = initial;
+  try {
+    Clock::time_point last_alive = Clock::now();
+    for (int epoch = 0; epoch < options.epochs; ++epoch) {
+      auto const start = Clock::now();
+      std::int64_t const first = epoch * per_epoch, end = first + per_epoch;
+      std::deque<std::int64_t> pending;
+      for (std::int64_t k = first; k < end; ++k) pending.push_back(k);
+      std::vector<char> done(std::size_t(per_epoch), 0);
+      std::int64_t done_prefix = first, finished = 0;
+      train::Tally total;
+      while (finished < per_epoch) {
+        // Hand the next steps to idle workers, as far as the staleness bound lets them start.
+        for (auto& [identity, peer] : peers) {
+          if (peer.step >= 0 || pending.empty() || pending.front() - options.staleness > done_prefix) continue;
+          peer.step = pending.front();
+          pending.pop_front();
+          peer.deadline = Clock::now() + options.step_timeout;
+          send_to(identity, encode(detail::job_header(job, Kind::task, peer.step), {}));
+        }
+        zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) > 0) {
+          zmq::message_t identity_frame, frame;
+          (void)socket.recv(identity_frame);
+          if (!identity_frame.more()) continue;
+          (void)socket.recv(frame);
+          std::string const identity = identity_frame.to_string();
+          std::optional<Message> message;
+          try {
+            message.emplace(frame, job);
+          } catch (CommError const& e) {
+            say(strata::detail::message("ignored a message: ", e.what()));
+            continue;
+          }
+          Header const& h = message->header();
+          auto it = peers.find(identity);
+          if (h.kind == Kind::ready) {
+            if (it == peers.end()) say(strata::detail::message("worker ", h.sender, " joined"));
+            peers[identity] = Peer{h.sender};
+          } else if (h.kind == Kind::done) {
+            if (it == peers.end()) {  // given up for lost, but only slow: it may take steps again
+              say(strata::detail::message("worker ", h.sender, " is back"));
+              it = peers.emplace(identity, Peer{h.sender}).first;
+            }
+            if (it->second.step == h.step) it->second.step = -1;
+            std::int64_t const k = h.step;
+            if (k >= first && k < end && !done[std::size_t(k - first)]) {  // a re-run step reports once
+              done[std::size_t(k - first)] = 1;
+              ++finished;
+              while (done_prefix < end && done[std::size_t(done_prefix - first)]) ++done_prefix;
+              StepReport report;
+              if (message->floats() == 8) {
+                float floats[8];
+                message->copy_floats(0, floats);
+                std::memcpy(&report, floats, sizeof report);
+              }
+              total.loss_sum += report.loss_sum;
+              total.correct += std::int64_t(report.correct);
+              total.samples += std::int64_t(report.samples);
+              std::erase(pending, k);
+            }
+          } else if (h.kind == Kind::error) {
+            throw CommError(strata::detail::message("ps: worker ", h.sender, " failed on step ", h.step, ": ",
+                                                    message->text()));
+          }
+          last_alive = Clock::now();
+        }
+        // Workers past their deadline are lost; their steps go back to the front of the queue.
+        auto const now = Clock::now();
+        for (auto it = peers.begin(); it != peers.end();) {
+          if (it->second.step >= 0 && now > it->second.deadline) {
+            std::int64_t const k = it->second.step;
+            say(strata::detail::message("worker ", it->second.index, " lost: no report of step ", k, " within ",
+                                        options.step_timeout.count(), " ms; step ", k, " re-scheduled"));
+            if (!done[std::size_t(k - first)]) pending.push_front(k);
+            it = peers.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        if (!peers.empty()) last_alive = now;
+        if (peers.empty() && now - last_alive > options.idle_timeout)
+          throw CommError(strata::detail::message("ps: no worker has been ready for ", options.idle_timeout.count(),
+                                                  " ms; start the worker tasks (", spec.workers.size(), " in TF_CONFIG)"));
+      }
+      train::EpochLogs logs;
+      logs.epoch = epoch;
+      logs.epochs = options.epochs;
+      logs.steps = per_epoch;
+      logs.loss = total.loss_sum / double(std::max<std::int64_t>(total.samples, 1));
+      if constexpr (LossFn::reports_accuracy) logs.accuracy = double(total.correct) / double(std::max<std::int64_t>(total.samples, 1));
+      if (validation || trained) {
+        reader.pull();
+        evaluated = reader.model();
+      }
+      if (validation) {
+        auto const e = train::BasicTrainer<policy::Config<policy::OneDevice>>{}.evaluate(evaluated, loss, *validation, 256);
+        logs.val_loss = e.loss;
+        logs.val_accuracy = e.accuracy;
+      }
+      logs.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      history.append(logs);
+      if (on_epoch) on_epoch(logs);
+    }
+  } catch (...) {
+    stop_everyone();
+    throw;
+  }
+  stop_everyone();
+  if (trained) std::copy(evaluated.parameters().begin(), evaluated.parameters().end(), trained->parameters().begin());
+  return history;
+}
+
+}  // namespace strata::ps
