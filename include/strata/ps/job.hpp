@@ -295,10 +295,8 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, LossFn c
       logs.steps = per_epoch;
       logs.loss = total.loss_sum / double(std::max<std::int64_t>(total.samples, 1));
       if constexpr (LossFn::reports_accuracy) logs.accuracy = double(total.correct) / double(std::max<std::int64_t>(total.samples, 1));
-      if (validation || trained) {
-        reader.pull();
-        evaluated = reader.model();
-      }
+      reader.pull();  // every step of the epoch is applied: the servers' weights after it
+      evaluated = reader.model();
       if (validation) {
         auto const e = train::BasicTrainer<policy::Config<policy::OneDevice>>{}.evaluate(evaluated, loss, *validation, 256);
         logs.val_loss = e.loss;
@@ -312,6 +310,8 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, LossFn c
     stop_everyone();
     throw;
   }
+  for (std::size_t s = 0; s < spec.servers.size(); ++s)
+    say(strata::detail::message("server ", s, " applied ", reader.versions()[s], " updates"));
   stop_everyone();
   if (trained) std::copy(evaluated.parameters().begin(), evaluated.parameters().end(), trained->parameters().begin());
   return history;

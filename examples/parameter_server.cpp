@@ -1,0 +1,84 @@
+// The flagship's model and data trained asynchronously by a ParameterServer job of separate
+// processes: a chief (the coordinator), "ps" tasks holding the variables and workers that
+// pull, compute and push. Every process runs this program with its own TF_CONFIG:
+//
+//   TF_CONFIG='{"cluster": {"chief": ["localhost:2220"], "worker": ["localhost:2221", "localhost:2222"],
+//               "ps": ["localhost:2223", "localhost:2224"]}, "task": {"type": "ps", "index": 0}}' parameter_server
+//
+//   parameter_server [--epochs N] [--batch-size B] [--staleness S] [--train-samples N]
+//                    [--step-timeout MS] [--server-timeout MS]
+//
+// scripts/parameter-server starts a whole job on this machine. The chief prints each
+// epoch and what happened to the workers (lost, joined), and ends with
+// `test_accuracy=0.xxxx` and the updates each server applied; workers and servers exit
+// when the chief tells them the job is over. Exit status 1 with the reason on an error.
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <strata.hpp>
+#include <strata/ps.hpp>
+
+int main(int argc, char** argv) {
+  strata::ps::JobOptions options{.epochs = 3, .batch_size = 64, .seed = 7, .staleness = 2,
+                                 .partition = {.min_shard_bytes = 64 << 10}};
+  std::size_t train_samples = 0;  // 0: all 60,000
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string const flag = argv[i];
+    int const value = std::atoi(argv[i + 1]);
+    if (flag == "--epochs") options.epochs = value;
+    else if (flag == "--batch-size") options.batch_size = value;
+    else if (flag == "--staleness") options.staleness = value;
+    else if (flag == "--train-samples") train_samples = std::size_t(value);
+    else if (flag == "--step-timeout") options.step_timeout = std::chrono::milliseconds(value);
+    else if (flag == "--server-timeout") options.server_timeout = std::chrono::milliseconds(value);
+    else {
+      std::cerr << "unknown flag " << flag
+                << "; use --epochs N --batch-size B --staleness S --train-samples N --step-timeout MS "
+                   "--server-timeout MS\n";
+      return 2;
+    }
+  }
+  try {
+    auto const spec = strata::ps::ClusterSpec::from_environment();
+    using Model = strata::Sequential<strata::Dense<784, 256>, strata::Relu, strata::Dense<256, 10>>;
+    Model const initial(/*seed=*/2026);  // every process builds the same: the servers start from it
+    strata::Adam const adam{.lr = 1e-3f};
+    strata::SoftmaxCrossEntropy const loss;
+    auto train = strata::data::fashion_mnist(strata::data::Split::train);
+    if (train_samples > 0) train = train.take(train_samples);
+
+    switch (spec.role) {
+      case strata::ps::Role::ps:
+        strata::ps::run_server(spec, initial, adam, options);
+        return 0;
+      case strata::ps::Role::worker:
+        strata::ps::run_worker(spec, initial, loss, train, options);
+        return 0;
+      case strata::ps::Role::chief: break;
+    }
+    auto const test = strata::data::fashion_mnist(strata::data::Split::test);
+    std::cout << "ParameterServer: " << spec.workers.size() << " workers, " << spec.servers.size()
+              << " servers, staleness " << options.staleness << "; " << Model::name() << " on " << train.size()
+              << " Fashion-MNIST images, batch " << options.batch_size << std::endl;
+    Model trained = initial;
+    auto const history = strata::ps::run_chief(
+        spec, initial, loss, train, test, options,
+        [](strata::train::EpochLogs const& logs) {
+          std::cout << "epoch " << logs.epoch + 1 << "/" << logs.epochs << ": " << logs.steps << " steps in "
+                    << logs.seconds << " s, loss " << logs.loss << ", accuracy " << *logs.accuracy << ", val_loss "
+                    << *logs.val_loss << ", val_accuracy " << *logs.val_accuracy << std::endl;
+        },
+        [](std::string const& event) { std::cout << "chief: " << event << std::endl; }, &trained);
+    std::int64_t const steps = std::int64_t(history["loss"].size()) *
+                               ((std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size);
+    std::cout << "steps=" << steps << std::endl;  // the chief's "server s applied N updates" lines say N = steps
+    std::cout << "test_accuracy=" << history["val_accuracy"].back() << std::endl;
+    return 0;
+  } catch (strata::Error const& error) {
+    std::cerr << "error: " << error.what() << std::endl;
+    return 1;
+  }
+}
