@@ -6,8 +6,11 @@
 //               "ps": ["localhost:2223", "localhost:2224"]}, "task": {"type": "ps", "index": 0}}' parameter_server
 //
 //   parameter_server [--epochs N] [--batch-size B] [--staleness S] [--train-samples N]
-//                    [--step-timeout MS] [--server-timeout MS]
+//                    [--step-timeout MS] [--server-timeout MS] [--checkpoint FILE]
 //
+// With --checkpoint, the chief saves every server's shards and optimizer state after each
+// epoch, and a job started again (every process, after a server was lost) continues from
+// the last one.
 // scripts/parameter-server starts a whole job on this machine. The chief prints each
 // epoch and what happened to the workers (lost, joined), and ends with
 // `test_accuracy=0.xxxx` and the updates each server applied; workers and servers exit
@@ -34,10 +37,11 @@ int main(int argc, char** argv) {
     else if (flag == "--train-samples") train_samples = std::size_t(value);
     else if (flag == "--step-timeout") options.step_timeout = std::chrono::milliseconds(value);
     else if (flag == "--server-timeout") options.server_timeout = std::chrono::milliseconds(value);
+    else if (flag == "--checkpoint") options.checkpoint = argv[i + 1];
     else {
       std::cerr << "unknown flag " << flag
                 << "; use --epochs N --batch-size B --staleness S --train-samples N --step-timeout MS "
-                   "--server-timeout MS\n";
+                   "--server-timeout MS --checkpoint FILE\n";
       return 2;
     }
   }
@@ -65,7 +69,7 @@ int main(int argc, char** argv) {
               << " Fashion-MNIST images, batch " << options.batch_size << std::endl;
     Model trained = initial;
     auto const history = strata::ps::run_chief(
-        spec, initial, loss, train, test, options,
+        spec, initial, adam, loss, train, test, options,
         [](strata::train::EpochLogs const& logs) {
           std::cout << "epoch " << logs.epoch + 1 << "/" << logs.epochs << ": " << logs.steps << " steps in "
                     << logs.seconds << " s, loss " << logs.loss << ", accuracy " << *logs.accuracy << ", val_loss "

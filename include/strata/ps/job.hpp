@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -38,6 +39,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/data/dataset.hpp"
+#include "strata/io/checkpoint.hpp"
 #include "strata/ps/cluster_spec.hpp"
 #include "strata/ps/message.hpp"
 #include "strata/ps/partition.hpp"
@@ -59,6 +61,10 @@ struct JobOptions {
   std::chrono::milliseconds step_timeout{30'000};    // chief: a worker silent this long on a step is lost
   std::chrono::milliseconds server_timeout{10'000};  // workers, chief: a server silent this long is lost
   std::chrono::milliseconds idle_timeout{120'000};   // chief with no live worker, worker with no word from the chief
+  // Where the chief writes a checkpoint of every server's shards and optimizer state after
+  // each epoch (atomically); when the file exists at start, the chief and the servers
+  // continue from it. Empty: no checkpoints. Every process must be able to read it.
+  std::filesystem::path checkpoint{};
 };
 
 // What a worker reports with a finished step (sent as 8 floats' worth of bytes).
@@ -86,6 +92,24 @@ inline data::BatchedDataset job_batches(data::Dataset const& train, JobOptions c
   return (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
 }
 
+// The checkpoint at options.checkpoint, when there is one: `model` and `state` hold its
+// weights and optimizer state, and its progress is returned. It must be of this run's
+// batch size and seed (the step numbers and batches depend on them).
+template <class Model, optim::Optimizer Opt>
+std::optional<io::Progress> load_job_checkpoint(JobOptions const& options, Model& model, Opt const& optimizer,
+                                                typename Opt::State& state) {
+  if (options.checkpoint.empty() || !std::filesystem::exists(options.checkpoint)) return std::nullopt;
+  io::TrainingState s = io::training_state(model, optimizer, state);
+  io::load_checkpoint(options.checkpoint, s, [&](io::Progress const& p) {
+    if (p.batch_size != options.batch_size || p.seed != options.seed)
+      throw ConfigError(strata::detail::message(options.checkpoint.string(), ": written by a job of batch size ",
+                                                p.batch_size, " and seed ", p.seed, ", but this job has ",
+                                                options.batch_size, " and ", options.seed,
+                                                "; run with those, or remove the checkpoint to start afresh"));
+  });
+  return s.progress;
+}
+
 }  // namespace detail
 
 // A "ps" task: serves its shards on its address until the chief's stop.
@@ -95,6 +119,10 @@ void run_server(ClusterSpec const& spec, Model const& initial, Opt const& optimi
   Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
   ShardServer<Opt> server(partition, spec.index, Model::parameter_tensors(), initial.parameters(), optimizer,
                           options.staleness);
+  Model restored = initial;
+  auto state = optimizer.make_state(restored.parameters().size());
+  if (auto const progress = detail::load_job_checkpoint(options, restored, optimizer, state))
+    server.restore(restored.parameters(), state, progress->step);
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::router);
   socket.set(zmq::sockopt::linger, 0);
@@ -151,8 +179,9 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
 // epoch (when `validation` is given), stops every process, and returns the History.
 // `on_epoch` (optional) sees each epoch's logs as they are made; `events` (optional) each
 // notable event in words ("worker 1 lost: ...", "worker 1 joined").
-template <class Model, nn::Loss LossFn>
-train::History run_chief(ClusterSpec const& spec, Model const& initial, LossFn const& loss, data::Dataset const& train,
+template <class Model, optim::Optimizer Opt, nn::Loss LossFn>
+train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt const& optimizer, LossFn const& loss,
+                         data::Dataset const& train,
                          std::optional<data::Dataset> const& validation, JobOptions const& options,
                          std::function<void(train::EpochLogs const&)> const& on_epoch = {},
                          std::function<void(std::string const&)> const& events = {}, Model* trained = nullptr) {
@@ -203,11 +232,65 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, LossFn c
     }
   };
 
+  // Continue from the checkpoint, where there is one (the servers load it too).
   train::History history;
   Model evaluated = initial;
+  auto state = optimizer.make_state(evaluated.parameters().size());
+  int first_epoch = 0;
+  if (auto const progress = detail::load_job_checkpoint(options, evaluated, optimizer, state)) {
+    first_epoch = int(progress->epoch);
+    history = train::History::from_map(progress->history);
+    say(strata::detail::message("resumed from ", options.checkpoint.string(), " after epoch ", first_epoch, " (step ",
+                                progress->step, ")"));
+  }
+  // Every server's weights and optimizer state, into one checkpoint.
+  auto save = [&](int epochs_done) {
+    std::size_t const slots = [&] {
+      std::size_t n = 0;
+      state.for_each_slot([&](char const*, AlignedBuffer&) { ++n; });
+      return n;
+    }();
+    for (std::size_t s = 0; s < spec.servers.size(); ++s) {
+      zmq::socket_t socket_s(context, zmq::socket_type::dealer);
+      socket_s.set(zmq::sockopt::linger, 0);
+      socket_s.connect(ClusterSpec::connect_address(spec.servers[s]));
+      Header h = detail::job_header(job, Kind::snapshot);
+      h.server = int(s);
+      socket_s.send(encode(h, {}), zmq::send_flags::none);
+      zmq::pollitem_t item{socket_s.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, options.server_timeout) == 0)
+        throw CommError(strata::detail::message("ps: server ", s, " at ", spec.servers[s],
+                                                " did not answer the chief's snapshot within ",
+                                                options.server_timeout.count(), " ms"));
+      zmq::message_t frame;
+      (void)socket_s.recv(frame);
+      Message const m(frame, job);
+      std::size_t const floats = partition.floats(int(s));
+      if (m.header().kind != Kind::weights || m.floats() != floats * (1 + slots))
+        throw CommError(strata::detail::message("ps: server ", s, " answered the snapshot with ", name(m.header().kind),
+                                                " of ", m.floats(), " floats, not ", floats * (1 + slots)));
+      std::size_t at = 0;
+      auto take = [&](std::span<float> arena) {
+        for (auto const& shard : partition.of(int(s))) {
+          m.copy_floats(at, arena.subspan(shard.begin, shard.size()));
+          at += shard.size();
+        }
+      };
+      take(evaluated.parameters());
+      state.for_each_slot([&](char const*, AlignedBuffer& slot) { take(slot.span()); });
+    }
+    io::Progress progress;
+    progress.step = std::int64_t(epochs_done) * per_epoch;
+    progress.epoch = epochs_done;
+    progress.micro_batches = progress.step;
+    progress.seed = options.seed;
+    progress.batch_size = options.batch_size;
+    progress.history = history.to_map();
+    io::save_checkpoint(options.checkpoint, evaluated, optimizer, state, progress);
+  };
   try {
     Clock::time_point last_alive = Clock::now();
-    for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    for (int epoch = first_epoch; epoch < options.epochs; ++epoch) {
       auto const start = Clock::now();
       std::int64_t const first = epoch * per_epoch, end = first + per_epoch;
       std::deque<std::int64_t> pending;
@@ -304,12 +387,20 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, LossFn c
       }
       logs.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       history.append(logs);
+      if (!options.checkpoint.empty()) save(epoch + 1);
       if (on_epoch) on_epoch(logs);
     }
   } catch (...) {
     stop_everyone();
     throw;
   }
+  try {
+    reader.pull();  // where the servers ended
+  } catch (...) {
+    stop_everyone();
+    throw;
+  }
+  evaluated = reader.model();
   for (std::size_t s = 0; s < spec.servers.size(); ++s)
     say(strata::detail::message("server ", s, " applied ", reader.versions()[s], " updates"));
   stop_everyone();

@@ -54,8 +54,9 @@ enum class Kind : std::uint16_t {
   task = 8,     // chief -> worker: train step `step`
   done = 9,     // worker -> chief: step `step` applied; the payload is its StepReport
   stop = 10,    // chief -> worker or server: the job is over, exit
+  snapshot = 11,  // chief -> server: your weights and optimizer state (a `weights` answer), for a checkpoint
 };
-inline constexpr std::uint16_t last_kind = 10;
+inline constexpr std::uint16_t last_kind = 11;
 
 inline char const* name(Kind k) {
   switch (k) {
@@ -69,6 +70,7 @@ inline char const* name(Kind k) {
     case Kind::task: return "task";
     case Kind::done: return "done";
     case Kind::stop: return "stop";
+    case Kind::snapshot: return "snapshot";
   }
   return "unknown";
 }

@@ -12,6 +12,7 @@
 // handle() is the whole protocol and touches no socket; serve() runs it on a ZeroMQ ROUTER
 // socket (inproc:// for threads, tcp:// for processes) until told to stop.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -86,15 +87,21 @@ class ShardServer {
         ++pulls_;
         return encode(reply, {weights_.data(), weights_.size()});
       }
+      if (h.kind == Kind::snapshot) {  // the weights, then each optimizer slot, back to back
+        reply.kind = Kind::weights;
+        std::vector<float> all(weights_.data(), weights_.data() + weights_.size());
+        state_.for_each_slot([&](char const*, AlignedBuffer& slot) { all.insert(all.end(), slot.data(), slot.data() + slot.size()); });
+        return encode(reply, all);
+      }
       if (h.kind != Kind::push)
-        return refuse(strata::detail::message("a server answers pull and push, not ", name(h.kind)));
+        return refuse(strata::detail::message("a server answers pull, push and snapshot, not ", name(h.kind)));
       if (message.floats() != weights_.size())
         return refuse(strata::detail::message("a push to server ", server_, " must hold its ", weights_.size(),
                                               " floats, not ", message.floats()));
       if (h.version > version_ || h.version < 0 || h.step < 0)
         return refuse(strata::detail::message("a push of step ", h.step, " computed on version ", h.version,
                                               ", but this server is at version ", version_));
-      if (applied_steps_.contains(h.step)) {  // already applied: at most once
+      if (h.step < restored_steps_ || applied_steps_.contains(h.step)) {  // already applied: at most once
         reply.kind = Kind::applied;
         return encode(reply, {});
       }
@@ -138,6 +145,22 @@ class ShardServer {
       socket.send(reply, zmq::send_flags::none);
       if (stopping) return;  // the chief ended the job
     }
+  }
+
+  // Continues from a checkpoint: this server's shards of the whole model's `weights` and of
+  // the optimizer state `state` (laid out like them), after `steps` steps, all applied.
+  void restore(std::span<float const> weights, typename Opt::State& state, std::int64_t steps) {
+    auto take = [&](std::span<float const> arena, float* out) {
+      for (auto const& s : shards_) out = std::copy(arena.begin() + std::ptrdiff_t(s.begin), arena.begin() + std::ptrdiff_t(s.end), out);
+    };
+    take(weights, weights_.data());
+    std::vector<std::span<float const>> slots;
+    state.for_each_slot([&](char const*, AlignedBuffer& slot) { slots.emplace_back(slot.data(), slot.size()); });
+    std::size_t i = 0;
+    state_.for_each_slot([&](char const*, AlignedBuffer& slot) { take(slots[i++], slot.data()); });
+    version_ = steps;
+    restored_steps_ = steps;
+    applied_steps_.clear();
   }
 
   // Whether `request` is this job's stop message (the chief's, at the end of a job).
@@ -189,6 +212,7 @@ class ShardServer {
   std::int64_t version_ = 0;
   std::int64_t pulls_ = 0, stale_ = 0, rejected_ = 0;
   std::set<std::int64_t> applied_steps_;
+  std::int64_t restored_steps_ = 0;  // steps below it were applied before a restore
 };
 
 }  // namespace strata::ps
