@@ -254,3 +254,73 @@ TEST_CASE("asynchronous ParameterServer<2, 2> training reaches 0.85 test accurac
   CHECK(cluster.server(0).version() == steps);  // every step applied exactly once on each server
   CHECK(cluster.server(1).version() == steps);
 }
+
+TEST_CASE("TF_CONFIG: the cluster and this task's role, and every malformed description named") {
+  auto const spec = ps::ClusterSpec::parse(
+      R"({"cluster": {"chief": ["host0:2220"], "worker": ["host1:2221", "host2:2222"], "ps": ["host3:2223"]},
+          "task": {"type": "worker", "index": 1}})");
+  CHECK(spec.role == ps::Role::worker);
+  CHECK(spec.index == 1);
+  CHECK(spec.chief == "host0:2220");
+  CHECK(spec.workers.size() == 2);
+  CHECK(spec.server_addresses() == std::vector<std::string>{"tcp://host3:2223"});
+  CHECK(ps::ClusterSpec::bind_address(spec.own_address()) == "tcp://*:2222");
+
+  auto fails = [](std::string const& text, std::string const& expected) {
+    CHECK_THROWS_WITH_AS(ps::ClusterSpec::parse(text), doctest::Contains(expected.c_str()), ConfigError);
+  };
+  std::string const cluster = R"("cluster": {"chief": ["a:1"], "worker": ["b:2"], "ps": ["c:3"]})";
+  fails(R"({"task": {"type": "ps"}})", "has no \"cluster\" object");
+  fails("{" + cluster + "}", "has no \"task\" object");
+  fails(R"({"cluster": {"worker": ["b:2"], "ps": ["c:3"]}, "task": {"type": "ps"}})", "has no \"chief\" list");
+  fails(R"({"cluster": {"chief": ["a:1"], "worker": ["b"], "ps": ["c:3"]}, "task": {"type": "ps"}})",
+        "holds \"b\", which is not \"host:port\"");
+  fails(R"({"cluster": {"chief": ["a:1"], "worker": ["b:99999"], "ps": ["c:3"]}, "task": {"type": "ps"}})",
+        "port is not a number in 0..65535");
+  fails(R"({"cluster": {"chief": ["a:1"], "worker": [], "ps": ["c:3"]}, "task": {"type": "ps"}})",
+        "\"worker\" is empty");
+  fails("{" + cluster + R"(, "task": {"type": "evaluator"}})", "is \"evaluator\"; it must be");
+  fails("{" + cluster + R"(, "task": {"type": "ps", "index": 1}})", "is ps 1 but \"cluster\" has 1 ps task(s)");
+  fails("{" + cluster + R"(, "task": {"type": "ps", "index": -1}})", "must be a non-negative integer");
+}
+
+TEST_CASE("a server's snapshot holds its weights and optimizer state; restored, it continues where it was") {
+  auto const t = tensors({{2, 3}, {2}});
+  ps::Partition const p(t, 2, {.min_shard_bytes = 4});  // the first tensor's rows on both servers
+  std::vector<float> initial{1, 2, 3, 4, 5, 6, 7, 8};
+  std::uint64_t const job = p.fingerprint();
+  Adam const adam{.lr = 0.1f};
+  std::vector<float> const g(p.floats(0), 0.5f);
+  ps::ShardServer<Adam> server(p, 0, t, initial, adam, 0);
+  for (std::int64_t step = 0; step < 3; ++step)
+    REQUIRE(header_of(server.handle(request(job, ps::Kind::push, step, step, g))).kind == ps::Kind::applied);
+  auto const snapshot = server.handle(request(job, ps::Kind::snapshot, -1, 0));
+  ps::Message const m(snapshot, job);
+  REQUIRE(m.floats() == 3 * p.floats(0));  // weights, Adam's m and v
+
+  // The whole-model arrays a checkpoint holds, filled from the snapshot.
+  std::vector<float> weights = initial;
+  auto state = adam.make_state(initial.size());
+  std::size_t at = 0;
+  auto take = [&](std::span<float> arena) {
+    for (auto const& shard : p.of(0)) {
+      m.copy_floats(at, arena.subspan(shard.begin, shard.size()));
+      at += shard.size();
+    }
+  };
+  take(weights);
+  state.for_each_slot([&](char const*, AlignedBuffer& slot) { take(slot.span()); });
+
+  ps::ShardServer<Adam> restored(p, 0, t, initial, adam, 0);
+  restored.restore(weights, state, 3);
+  CHECK(restored.version() == 3);
+  CHECK(std::vector<float>(restored.weights().begin(), restored.weights().end()) ==
+        std::vector<float>(server.weights().begin(), server.weights().end()));
+  // Step 2 was applied before the checkpoint: not again. Step 3 moves both alike.
+  CHECK(header_of(restored.handle(request(job, ps::Kind::push, 2, 3, g))).kind == ps::Kind::applied);
+  CHECK(restored.version() == 3);
+  server.handle(request(job, ps::Kind::push, 3, 3, g));
+  restored.handle(request(job, ps::Kind::push, 3, 3, g));
+  CHECK(std::vector<float>(restored.weights().begin(), restored.weights().end()) ==
+        std::vector<float>(server.weights().begin(), server.weights().end()));
+}
