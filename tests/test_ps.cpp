@@ -11,6 +11,7 @@
 
 #include "strata.hpp"
 #include "strata/ps.hpp"
+#include "temp_dir.hpp"
 
 using namespace strata;
 
@@ -196,27 +197,66 @@ TEST_CASE("the coordinator runs every step once, in order under S = 0, and repor
 
 // S = 0: every step is computed on the weights of all steps before it, in order, so the job
 // trains what one replica trains on the same batches, whichever worker ran which step.
-TEST_CASE_TEMPLATE("ParameterServer with S = 0 trains what OneDevice trains on the same batches", P,
-                   ParameterServer<1, 1>, ParameterServer<2, 2>, ParameterServer<3, 2>) {
+TEST_CASE_TEMPLATE("Trainer<ParameterServer> with S = 0 trains what OneDevice trains on the same batches", T,
+                   Trainer<ParameterServer<1, 1>>, Trainer<ParameterServer<2, 2>>, Trainer<ParameterServer<3, 2>>) {
   Adam const adam{.lr = 1e-3f};
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .clip_global_norm = 0.5f};
   Model reference(42);
-  Trainer<OneDevice>{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 2, .batch_size = 30, .seed = 5});
+  auto const expected = Trainer<OneDevice>{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
 
-  Model const initial(42);
+  Model trained(42);
   // Shards of at least 4 KiB: the first layer's 25,088 floats are cut over both servers.
-  ps::LocalCluster<P, Model, Adam, SoftmaxCrossEntropy> cluster(
-      initial, adam, {}, {.staleness = 0, .max_batch = 30, .partition = {.min_shard_bytes = 4096}});
-  auto const history = cluster.fit(fashion(), {.epochs = 2, .batch_size = 30, .seed = 5});
-  Model trained(0);
-  cluster.copy_weights_to(trained);
+  T trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
+  auto const history = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options);
   auto const a = reference.parameters(), b = trained.parameters();
   CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  CHECK(history["loss"] == expected["loss"]);  // the same steps, the same tallies
+  CHECK(history["accuracy"] == expected["accuracy"]);
+}
+
+// The callbacks see every batch in order and every epoch; BackupAndRestore saves at the
+// epochs' ends, and a run stopped after one epoch and started again (S = 0) ends with the
+// weights of a run that was never stopped.
+TEST_CASE("Trainer<ParameterServer> calls the callbacks and resumes from BackupAndRestore bit for bit") {
+  struct Counting {
+    std::vector<std::int64_t> steps;
+    int epochs = 0;
+    bool boundary_at_batch = true;
+    void on_batch_end(BatchLogs const& logs, io::TrainingState const& state) {
+      steps.push_back(logs.step);
+      boundary_at_batch = boundary_at_batch && state.at_step_boundary;
+    }
+    void on_epoch_end(EpochLogs const&) { ++epochs; }
+  };
+  struct InterruptAfterFirstEpoch {  // after BackupAndRestore saved it: as if the job were lost
+    void on_epoch_end(EpochLogs const&) { throw Error("interrupted"); }
+  };
+  Sgd const sgd{.lr = 0.05f, .momentum = 0.9f};
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 9};
+  Model uninterrupted(3);
+  Trainer<ParameterServer<2, 2>>({.partition = {.min_shard_bytes = 4096}})
+      .fit(uninterrupted, sgd, SoftmaxCrossEntropy{}, fashion(), options);
+
+  TempDir const dir;
+  Model model(3);
+  Trainer<ParameterServer<2, 2>> trainer({.partition = {.min_shard_bytes = 4096}});
+  Counting counting;
+  CHECK_THROWS_WITH(trainer.fit(model, sgd, SoftmaxCrossEntropy{}, fashion(), options,
+                                BackupAndRestore{.directory = dir.path}, counting, InterruptAfterFirstEpoch{}),
+                    "interrupted");
+  std::vector<std::int64_t> expected(21);
+  std::iota(expected.begin(), expected.end(), 1);
+  CHECK(counting.steps == expected);  // batch order, once each
+  CHECK(counting.epochs == 1);
+  CHECK_FALSE(counting.boundary_at_batch);  // steps in flight: no step-frequency saves mid-epoch
+
+  Model restarted(100);  // other weights: the backup's must replace them
+  BackupAndRestore backup{.directory = dir.path};
+  auto const history = trainer.fit(restarted, sgd, SoftmaxCrossEntropy{}, fashion(), options, backup);
+  REQUIRE(backup.restored);
   CHECK(history["loss"].size() == 2);
-  CHECK(history["loss"][1] < history["loss"][0]);
-  for (int s = 0; s < P::servers; ++s) {
-    CHECK(cluster.server(s).version() == 2 * 21);  // 610 samples at 30: 21 steps an epoch, each applied once
-    CHECK(cluster.server(s).stale_pushes() == 0);
-  }
+  auto const a = uninterrupted.parameters(), b = restarted.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
 }
 
 TEST_CASE("a worker whose server does not answer throws a CommError naming it, within the timeout") {
@@ -230,12 +270,14 @@ TEST_CASE("a worker whose server does not answer throws a CommError naming it, w
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
 }
 
-TEST_CASE("fit checks its options and data before any step") {
-  ps::LocalCluster<ParameterServer<1, 1>, Model, Sgd, SoftmaxCrossEntropy> cluster(Model(1), Sgd{}, {}, {.max_batch = 32});
-  CHECK_THROWS_WITH_AS(cluster.fit(fashion(), {.batch_size = 64}), doctest::Contains("batch_size 64 must be in 1..32"),
-                       ConfigError);
-  CHECK_THROWS_AS(cluster.fit(Dataset{}, {.batch_size = 8}), DataError);
-  CHECK_THROWS_AS(cluster.fit(fashion(), {.epochs = 0, .batch_size = 8}), ConfigError);
+TEST_CASE("Trainer<ParameterServer>::fit checks its options and data before any step") {
+  Model model(1);
+  Trainer<ParameterServer<1, 1>> trainer;
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, Dataset{}, {.batch_size = 8}), DataError);
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 0, .batch_size = 8}), ConfigError);
+  CHECK_THROWS_AS(trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.batch_size = 0}), ConfigError);
+  using Single = Trainer<ParameterServer<1, 1>>;
+  CHECK_THROWS_WITH_AS(Single({.staleness = -1}), doctest::Contains("staleness -1 must be >= 0"), ConfigError);
 }
 
 // Asynchronous training on the real data: 2 workers, 2 servers, gradients up to 2 updates
@@ -244,83 +286,12 @@ TEST_CASE("asynchronous ParameterServer<2, 2> training reaches 0.85 test accurac
   using Mlp = Sequential<Dense<784, 128>, Relu, Dense<128, 10>>;
   auto const train = data::fashion_mnist(data::Split::train);
   auto const test = data::fashion_mnist(data::Split::test);
-  ps::LocalCluster<ParameterServer<2, 2>, Mlp, Adam, SoftmaxCrossEntropy> cluster(
-      Mlp(7), Adam{.lr = 1e-3f}, {}, {.staleness = 2, .max_batch = 64, .partition = {.min_shard_bytes = 64 << 10}});
-  auto const history = cluster.fit(train, {.epochs = 3, .batch_size = 64, .validation = test, .seed = 3});
+  Mlp model(7);
+  Trainer<ParameterServer<2, 2>> trainer({.staleness = 2, .partition = {.min_shard_bytes = 64 << 10}});
+  auto const history = trainer.fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train,
+                                   {.epochs = 3, .batch_size = 64, .validation = test, .seed = 3});
   MESSAGE("val_accuracy per epoch: ", history["val_accuracy"][0], " ", history["val_accuracy"][1], " ",
           history["val_accuracy"][2]);
   CHECK(history["val_accuracy"].back() >= 0.85);
-  std::int64_t const steps = 3 * ((60000 + 63) / 64);
-  CHECK(cluster.server(0).version() == steps);  // every step applied exactly once on each server
-  CHECK(cluster.server(1).version() == steps);
-}
-
-TEST_CASE("TF_CONFIG: the cluster and this task's role, and every malformed description named") {
-  auto const spec = ps::ClusterSpec::parse(
-      R"({"cluster": {"chief": ["host0:2220"], "worker": ["host1:2221", "host2:2222"], "ps": ["host3:2223"]},
-          "task": {"type": "worker", "index": 1}})");
-  CHECK(spec.role == ps::Role::worker);
-  CHECK(spec.index == 1);
-  CHECK(spec.chief == "host0:2220");
-  CHECK(spec.workers.size() == 2);
-  CHECK(spec.server_addresses() == std::vector<std::string>{"tcp://host3:2223"});
-  CHECK(ps::ClusterSpec::bind_address(spec.own_address()) == "tcp://*:2222");
-
-  auto fails = [](std::string const& text, std::string const& expected) {
-    CHECK_THROWS_WITH_AS(ps::ClusterSpec::parse(text), doctest::Contains(expected.c_str()), ConfigError);
-  };
-  std::string const cluster = R"("cluster": {"chief": ["a:1"], "worker": ["b:2"], "ps": ["c:3"]})";
-  fails(R"({"task": {"type": "ps"}})", "has no \"cluster\" object");
-  fails("{" + cluster + "}", "has no \"task\" object");
-  fails(R"({"cluster": {"worker": ["b:2"], "ps": ["c:3"]}, "task": {"type": "ps"}})", "has no \"chief\" list");
-  fails(R"({"cluster": {"chief": ["a:1"], "worker": ["b"], "ps": ["c:3"]}, "task": {"type": "ps"}})",
-        "holds \"b\", which is not \"host:port\"");
-  fails(R"({"cluster": {"chief": ["a:1"], "worker": ["b:99999"], "ps": ["c:3"]}, "task": {"type": "ps"}})",
-        "port is not a number in 0..65535");
-  fails(R"({"cluster": {"chief": ["a:1"], "worker": [], "ps": ["c:3"]}, "task": {"type": "ps"}})",
-        "\"worker\" is empty");
-  fails("{" + cluster + R"(, "task": {"type": "evaluator"}})", "is \"evaluator\"; it must be");
-  fails("{" + cluster + R"(, "task": {"type": "ps", "index": 1}})", "is ps 1 but \"cluster\" has 1 ps task(s)");
-  fails("{" + cluster + R"(, "task": {"type": "ps", "index": -1}})", "must be a non-negative integer");
-}
-
-TEST_CASE("a server's snapshot holds its weights and optimizer state; restored, it continues where it was") {
-  auto const t = tensors({{2, 3}, {2}});
-  ps::Partition const p(t, 2, {.min_shard_bytes = 4});  // the first tensor's rows on both servers
-  std::vector<float> initial{1, 2, 3, 4, 5, 6, 7, 8};
-  std::uint64_t const job = p.fingerprint();
-  Adam const adam{.lr = 0.1f};
-  std::vector<float> const g(p.floats(0), 0.5f);
-  ps::ShardServer<Adam> server(p, 0, t, initial, adam, 0);
-  for (std::int64_t step = 0; step < 3; ++step)
-    REQUIRE(header_of(server.handle(request(job, ps::Kind::push, step, step, g))).kind == ps::Kind::applied);
-  auto const snapshot = server.handle(request(job, ps::Kind::snapshot, -1, 0));
-  ps::Message const m(snapshot, job);
-  REQUIRE(m.floats() == 3 * p.floats(0));  // weights, Adam's m and v
-
-  // The whole-model arrays a checkpoint holds, filled from the snapshot.
-  std::vector<float> weights = initial;
-  auto state = adam.make_state(initial.size());
-  std::size_t at = 0;
-  auto take = [&](std::span<float> arena) {
-    for (auto const& shard : p.of(0)) {
-      m.copy_floats(at, arena.subspan(shard.begin, shard.size()));
-      at += shard.size();
-    }
-  };
-  take(weights);
-  state.for_each_slot([&](char const*, AlignedBuffer& slot) { take(slot.span()); });
-
-  ps::ShardServer<Adam> restored(p, 0, t, initial, adam, 0);
-  restored.restore(weights, state, 3);
-  CHECK(restored.version() == 3);
-  CHECK(std::vector<float>(restored.weights().begin(), restored.weights().end()) ==
-        std::vector<float>(server.weights().begin(), server.weights().end()));
-  // Step 2 was applied before the checkpoint: not again. Step 3 moves both alike.
-  CHECK(header_of(restored.handle(request(job, ps::Kind::push, 2, 3, g))).kind == ps::Kind::applied);
-  CHECK(restored.version() == 3);
-  server.handle(request(job, ps::Kind::push, 3, 3, g));
-  restored.handle(request(job, ps::Kind::push, 3, 3, g));
-  CHECK(std::vector<float>(restored.weights().begin(), restored.weights().end()) ==
-        std::vector<float>(server.weights().begin(), server.weights().end()));
+  CHECK(trainer.evaluate(model, SoftmaxCrossEntropy{}, test).accuracy == history["val_accuracy"].back());
 }

@@ -10,3 +10,4 @@
 #include "strata/ps/worker.hpp"
 #include "strata/ps/cluster_spec.hpp"
 #include "strata/ps/job.hpp"
+#include "strata/ps/trainer.hpp"

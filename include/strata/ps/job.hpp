@@ -269,15 +269,9 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       if (m.header().kind != Kind::weights || m.floats() != floats * (1 + slots))
         throw CommError(strata::detail::message("ps: server ", s, " answered the snapshot with ", name(m.header().kind),
                                                 " of ", m.floats(), " floats, not ", floats * (1 + slots)));
-      std::size_t at = 0;
-      auto take = [&](std::span<float> arena) {
-        for (auto const& shard : partition.of(int(s))) {
-          m.copy_floats(at, arena.subspan(shard.begin, shard.size()));
-          at += shard.size();
-        }
-      };
-      take(evaluated.parameters());
-      state.for_each_slot([&](char const*, AlignedBuffer& slot) { take(slot.span()); });
+      auto const shards = partition.of(int(s));
+      std::byte const* at = unpack(shards, m.payload(), evaluated.parameters());
+      state.for_each_slot([&](char const*, AlignedBuffer& slot) { at = unpack(shards, at, slot.span()); });
     }
     io::Progress progress;
     progress.step = std::int64_t(epochs_done) * per_epoch;

@@ -5,15 +5,15 @@
 // steps onto them. The messages are the ones processes exchange over tcp://, so what the
 // tests check here is the protocol a multi-process job speaks.
 //
+// Trainer<ParameterServer<W, S>>::fit runs on one (ps/trainer.hpp). Step by step, as with
+// TensorFlow's ClusterCoordinator:
+//
 //   strata::ps::LocalCluster<strata::ParameterServer<2, 1>, Model, strata::Adam, strata::SoftmaxCrossEntropy>
 //       cluster(model, strata::Adam{.lr = 1e-3f}, {}, {.staleness = 2, .max_batch = 256});
-//   auto history = cluster.fit(train, {.epochs = 5, .batch_size = 256, .validation = test});
-//   cluster.copy_weights_to(model);
-//
-// Or step by step, as TensorFlow's ClusterCoordinator:
 //   auto loss = cluster.coordinator().schedule([&](auto& worker, std::int64_t step) {
 //     return worker.train_on_batch(batch, step).tally.loss_sum; });
 //   cluster.coordinator().join();
+//   cluster.copy_weights_to(model);
 
 #include <atomic>
 #include <chrono>
@@ -33,8 +33,6 @@
 #include "strata/ps/partition.hpp"
 #include "strata/ps/shard_server.hpp"
 #include "strata/ps/worker.hpp"
-#include "strata/train/logs.hpp"
-#include "strata/train/trainer.hpp"
 
 namespace strata::ps {
 
@@ -45,12 +43,15 @@ struct ClusterOptions {
   WorkerOptions worker{};
 };
 
-struct PsFitOptions {
-  int epochs = 1;
-  int batch_size = 32;                        // each step's batch, trained by one worker
-  std::optional<data::Dataset> validation{};  // evaluated after every epoch on the servers' weights
-  bool shuffle = true;
-  std::uint64_t seed = 0;                     // shuffling (dropout: ClusterOptions::worker.seed)
+// A batch a step owns: the step may run after the input stream moved past it.
+struct OwnedBatch {
+  Matrix features, targets;
+  int size;
+  std::int64_t index;
+  explicit OwnedBatch(data::Batch const& b)
+      : features(strata::detail::eigen(b.features)), targets(strata::detail::eigen(b.targets)), size(b.size),
+        index(b.index) {}
+  [[nodiscard]] data::Batch view() const { return {strata::view(features), strata::view(targets), size, index}; }
 };
 
 template <class Policy, class Model, optim::Optimizer Opt, nn::Loss LossFn>
@@ -65,7 +66,7 @@ class LocalCluster {
 
   // The servers start from `model`'s weights.
   LocalCluster(Model const& model, Opt const& optimizer, LossFn const& loss, ClusterOptions options = {})
-      : options_(options), partition_(Model::parameter_tensors(), servers, options.partition), loss_(loss) {
+      : options_(options), partition_(Model::parameter_tensors(), servers, options.partition) {
     if (options.max_batch < 1)
       throw ConfigError(strata::detail::message("ps::LocalCluster: max_batch ", options.max_batch, " must be at least 1"));
     std::string const prefix = "inproc://strata-ps-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-";
@@ -104,83 +105,25 @@ class LocalCluster {
 
   // The servers' weights, gathered into `model` (between steps: after join()).
   void copy_weights_to(Model& model) const {
-    for (int s = 0; s < servers; ++s) {
-      auto const weights = servers_[std::size_t(s)]->weights();
-      std::size_t at = 0;
-      for (auto const& shard : servers_[std::size_t(s)]->shards()) {
-        std::copy_n(weights.data() + at, shard.size(), model.parameters().data() + shard.begin);
-        at += shard.size();
-      }
-    }
+    for (auto const& server : servers_)
+      unpack(server->shards(), reinterpret_cast<std::byte const*>(server->weights().data()), model.parameters());
   }
-
-  // Keras' fit with this strategy: every batch of an epoch is one scheduled step, trained by
-  // whichever worker is free. History has loss and accuracy (over the steps as applied) and
-  // val_loss and val_accuracy on the servers' weights after each epoch.
-  train::History fit(data::Dataset const& train, PsFitOptions const& options) {
-    if (options.epochs < 1)
-      throw ConfigError(strata::detail::message("ps fit: epochs ", options.epochs, " must be at least 1"));
-    if (options.batch_size < 1 || options.batch_size > options_.max_batch)
-      throw ConfigError(strata::detail::message("ps fit: batch_size ", options.batch_size, " must be in 1..",
-                                                options_.max_batch, " (ClusterOptions::max_batch)"));
-    check_data(train, "ps fit: the training dataset");
-    if (options.validation) check_data(*options.validation, "ps fit: the validation dataset");
-    auto const batches = (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
-    train::History history;
-    Model scratch = model_for_evaluation();
-    for (int epoch = 0; epoch < options.epochs; ++epoch) {
-      auto const start = std::chrono::steady_clock::now();
-      auto stream = batches.stream(epoch);
-      std::vector<RemoteValue<StepResult>> results;
-      while (data::Batch const* batch = stream->next()) {
-        auto owned = std::make_shared<OwnedBatch>(*batch);  // a step may run after the stream moved on
-        results.push_back(coordinator_->schedule(
-            [owned](worker_type& worker, std::int64_t step) { return worker.train_on_batch(owned->view(), step); }));
-      }
-      coordinator_->join();
-      train::Tally total;
-      for (auto const& r : results) total += r.fetch().tally;
-      train::EpochLogs logs;
-      logs.epoch = epoch;
-      logs.epochs = options.epochs;
-      logs.steps = std::int64_t(results.size());
-      logs.loss = total.loss_sum / double(total.samples);
-      if constexpr (LossFn::reports_accuracy) logs.accuracy = double(total.correct) / double(total.samples);
-      if (options.validation) {
-        copy_weights_to(scratch);
-        auto const e = Trainer<policy::OneDevice>{}.evaluate(scratch, loss_, *options.validation, options_.max_batch);
-        logs.val_loss = e.loss;
-        logs.val_accuracy = e.accuracy;
-      }
-      logs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      history.append(logs);
-    }
-    return history;
+  // The servers' weights and optimizer state, into the whole-model `weights` and `state`
+  // (what a checkpoint holds), between steps.
+  void gather(std::span<float> weights, typename Opt::State& state) {
+    for (auto& server : servers_) server->copy_to(weights, state);
   }
+  // Every server continues from a checkpoint's `weights` and `state` after `steps` steps,
+  // before any step is scheduled.
+  void restore(std::span<float const> weights, typename Opt::State& state, std::int64_t steps) {
+    for (auto& server : servers_) server->restore(weights, state, steps);
+  }
+  // The updates server s has applied (between steps).
+  [[nodiscard]] std::int64_t version(int s) const { return servers_[std::size_t(s)]->version(); }
 
  private:
-  template <class... Ps>
-  using Trainer = train::BasicTrainer<policy::Config<Ps...>>;
-
-  struct OwnedBatch {
-    Matrix features, targets;
-    int size;
-    std::int64_t index;
-    explicit OwnedBatch(data::Batch const& b)
-        : features(detail::eigen(b.features)), targets(detail::eigen(b.targets)), size(b.size), index(b.index) {}
-    [[nodiscard]] data::Batch view() const { return {strata::view(features), strata::view(targets), size, index}; }
-  };
-
-  Model model_for_evaluation() const { return workers_.front()->model(); }
-  void check_data(data::Dataset const& data, char const* what) const {
-    if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
-    Model::check_input_width(data.feature_width());
-    loss_.validate(data.targets(), Model::output_width);
-  }
-
   ClusterOptions options_;
   Partition partition_;
-  LossFn loss_;
   zmq::context_t context_{1};
   std::vector<std::string> endpoints_;
   std::vector<std::unique_ptr<ShardServer<Opt>>> servers_;

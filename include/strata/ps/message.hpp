@@ -136,8 +136,11 @@ class Message {
   [[nodiscard]] std::size_t floats() const { return header_.kind == Kind::error ? 0 : std::size_t(header_.count); }
   // Copies floats [first, first + out.size()) of the payload to `out` (the frame need not be aligned).
   void copy_floats(std::size_t first, std::span<float> out) const {
-    std::memcpy(out.data(), static_cast<std::byte const*>(frame_->data()) + sizeof(Header) + first * sizeof(float),
-                out.size_bytes());
+    std::memcpy(out.data(), payload(first), out.size_bytes());
+  }
+  // The payload's bytes from float `first` on.
+  [[nodiscard]] std::byte const* payload(std::size_t first = 0) const {
+    return static_cast<std::byte const*>(frame_->data()) + sizeof(Header) + first * sizeof(float);
   }
   [[nodiscard]] std::string text() const {
     if (header_.kind != Kind::error) return {};

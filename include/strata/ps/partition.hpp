@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,23 @@ struct Shard {
 struct PartitionOptions {
   std::size_t min_shard_bytes = std::size_t(256) << 10;  // TensorFlow's default: 256 KiB
 };
+
+// Copies the floats of `shards` out of the whole-model `arena` to `packed`, back to back
+// (a server's storage and its messages); returns the end of what it wrote.
+inline float* pack(std::vector<Shard> const& shards, std::span<float const> arena, float* packed) {
+  for (auto const& s : shards)
+    packed = std::copy(arena.begin() + std::ptrdiff_t(s.begin), arena.begin() + std::ptrdiff_t(s.end), packed);
+  return packed;
+}
+// The inverse: `packed` (bytes, as a message holds them, not necessarily aligned) into the
+// shards' places in `arena`; returns the end of what it read.
+inline std::byte const* unpack(std::vector<Shard> const& shards, std::byte const* packed, std::span<float> arena) {
+  for (auto const& s : shards) {
+    std::memcpy(arena.data() + s.begin, packed, s.size() * sizeof(float));
+    packed += s.size() * sizeof(float);
+  }
+  return packed;
+}
 
 class Partition {
  public:

@@ -61,11 +61,7 @@ class ShardServer {
     }
     weights_ = AlignedBuffer(floats);
     state_ = optimizer_.make_state(floats);
-    std::size_t at = 0;
-    for (auto const& s : shards_) {
-      std::copy(initial.begin() + std::ptrdiff_t(s.begin), initial.begin() + std::ptrdiff_t(s.end), weights_.data() + at);
-      at += s.size();
-    }
+    pack(shards_, initial, weights_.data());
   }
 
   // The reply to one request. Never throws for what a peer sent: a malformed or foreign
@@ -150,17 +146,25 @@ class ShardServer {
   // Continues from a checkpoint: this server's shards of the whole model's `weights` and of
   // the optimizer state `state` (laid out like them), after `steps` steps, all applied.
   void restore(std::span<float const> weights, typename Opt::State& state, std::int64_t steps) {
-    auto take = [&](std::span<float const> arena, float* out) {
-      for (auto const& s : shards_) out = std::copy(arena.begin() + std::ptrdiff_t(s.begin), arena.begin() + std::ptrdiff_t(s.end), out);
-    };
-    take(weights, weights_.data());
+    pack(shards_, weights, weights_.data());
     std::vector<std::span<float const>> slots;
     state.for_each_slot([&](char const*, AlignedBuffer& slot) { slots.emplace_back(slot.data(), slot.size()); });
     std::size_t i = 0;
-    state_.for_each_slot([&](char const*, AlignedBuffer& slot) { take(slots[i++], slot.data()); });
+    state_.for_each_slot([&](char const*, AlignedBuffer& slot) { pack(shards_, slots[i++], slot.data()); });
     version_ = steps;
     restored_steps_ = steps;
     applied_steps_.clear();
+  }
+  // The inverse: this server's shards of the weights and optimizer state into the
+  // whole-model `weights` and `state` (a checkpoint's), between requests.
+  void copy_to(std::span<float> weights, typename Opt::State& state) {
+    unpack(shards_, reinterpret_cast<std::byte const*>(weights_.data()), weights);
+    std::vector<std::span<float>> slots;
+    state.for_each_slot([&](char const*, AlignedBuffer& slot) { slots.emplace_back(slot.data(), slot.size()); });
+    std::size_t i = 0;
+    state_.for_each_slot([&](char const*, AlignedBuffer& slot) {
+      unpack(shards_, reinterpret_cast<std::byte const*>(slot.data()), slots[i++]);
+    });
   }
 
   // Whether `request` is this job's stop message (the chief's, at the end of a job).

@@ -79,12 +79,7 @@ class Worker {
         throw CommError(strata::detail::message("ps: server ", s, " sent ", message.floats(), " floats, not its ",
                                                 buffers_[std::size_t(s)].size()));
       versions_[std::size_t(s)] = message.header().version;
-      std::span<float> weights = model_.parameters();
-      std::size_t at = 0;
-      for (auto const& shard : shards_[std::size_t(s)]) {
-        message.copy_floats(at, weights.subspan(shard.begin, shard.size()));
-        at += shard.size();
-      }
+      unpack(shards_[std::size_t(s)], message.payload(), model_.parameters());
     }
   }
 
@@ -137,11 +132,7 @@ class Worker {
     std::span<float const> gradients = model_.gradients();
     for (int s = 0; s < servers(); ++s) {
       auto& buffer = buffers_[std::size_t(s)];
-      std::size_t at = 0;
-      for (auto const& shard : shards_[std::size_t(s)]) {
-        std::copy_n(gradients.data() + shard.begin, shard.size(), buffer.data() + at);
-        at += shard.size();
-      }
+      pack(shards_[std::size_t(s)], gradients, buffer.data());
       send(s, Kind::push, step, versions_[std::size_t(s)], buffer);
     }
     bool all_applied = true;

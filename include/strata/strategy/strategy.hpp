@@ -48,27 +48,20 @@ struct PerReplica {
   [[nodiscard]] static constexpr int size() { return N; }
 };
 
-// Strategies that run today; the others are parsed so the policy grammar is complete.
-template <class Config>
-inline constexpr bool strategy_is_available = Config::strategy::kind == policy::StrategyKind::one_device ||
-                                              Config::strategy::kind == policy::StrategyKind::mirrored ||
-                                              Config::strategy::kind == policy::StrategyKind::multi_worker_mirrored ||
-                                              Config::strategy::kind == policy::StrategyKind::central_storage;
-
 // Whether the program includes what a multi-process strategy runs on (strata/multi_worker.hpp).
 template <class Strategy>
 inline constexpr bool multi_worker_linked = false;
 
 template <class Config>
 class BasicStrategy {
-  static_assert(strategy_is_available<Config>,
-                "strata: Strategy and Trainer do not run this strategy; OneDevice, Mirrored<N>, "
-                "MultiWorkerMirrored<N> and CentralStorage<N> (on strata::Cpu) run through them today "
-                "(docs/roadmap.md)");
   static_assert(Config::strategy::kind != policy::StrategyKind::multi_worker_mirrored ||
                     multi_worker_linked<typename Config::strategy>,
                 "strata::MultiWorkerMirrored needs #include <strata/multi_worker.hpp> and the strata::mpi CMake "
                 "target (docs/multi_worker.md)");
+  static_assert(Config::strategy::kind != policy::StrategyKind::parameter_server,
+                "strata::ParameterServer trains through Trainer with #include <strata/ps.hpp> and the strata::ps "
+                "CMake target; it has no Strategy for custom loops (schedule steps on ps::LocalCluster's coordinator "
+                "instead; docs/parameter_server.md)");
   static_assert(Config::strategy::kind != policy::StrategyKind::central_storage ||
                     std::is_same_v<typename Config::device, policy::Cpu>,
                 "strata::CentralStorage<N> on strata::Cuda (variables in host memory, GPUs computing) is not built "

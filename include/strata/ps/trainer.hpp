@@ -1,0 +1,200 @@
+#pragma once
+// Trainer<ParameterServer<Workers, Servers>>: Keras' fit, evaluate and predict for the
+// asynchronous strategy, on a ps::LocalCluster of server and worker threads in this process.
+//
+//   strata::Trainer<strata::ParameterServer<2, 1>> trainer({.staleness = 2});
+//   auto history = trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
+//                              {.epochs = 5, .batch_size = 64, .validation = test}, strata::ProgressBar{});
+//
+// Every batch of an epoch is one step, scheduled on the coordinator and trained whole by
+// whichever worker is free (so FitOptions::batch_size is each step's batch, not split over
+// workers). Batch logs are reported in batch order as steps finish. The servers' weights
+// and optimizer state are gathered into `model` and the TrainingState at every epoch end:
+// that is where checkpoint callbacks save (BackupAndRestore, ModelCheckpoint) and where a
+// restored run continues. Between epochs' ends the state is not at a step boundary (steps
+// are in flight on the workers), so step-frequency saves wait for the epoch's end.
+//
+// With staleness 0 the steps run one after another, each on the weights of all before it:
+// the same updates as Trainer<OneDevice> on the same batches, bit for bit.
+// Separate processes (TF_CONFIG roles over tcp://) run the same steps through ps/job.hpp.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/core/error.hpp"
+#include "strata/data/dataset.hpp"
+#include "strata/io/training_state.hpp"
+#include "strata/policy/config.hpp"
+#include "strata/policy/strategy.hpp"
+#include "strata/ps/local_cluster.hpp"
+#include "strata/train/callback.hpp"
+#include "strata/train/logs.hpp"
+#include "strata/train/trainer.hpp"
+
+namespace strata::ps {
+
+// What a ParameterServer trainer needs besides its policies.
+struct TrainerOptions {
+  int staleness = 0;                          // S: gradients at most S updates old are applied
+  PartitionOptions partition{};
+  std::chrono::milliseconds timeout{10'000};  // a server silent this long is a CommError
+};
+
+}  // namespace strata::ps
+
+namespace strata::train {
+
+template <class Config>
+  requires(Config::strategy::kind == policy::StrategyKind::parameter_server)
+class BasicTrainer<Config> {
+  using Policy = typename Config::strategy;
+  static_assert(std::is_same_v<typename Config::precision::compute_type, float>,
+                "strata::ParameterServer runs FullPrecision only for now: its workers compute in fp32 "
+                "(docs/parameter_server.md)");
+  static_assert(Config::accumulation_steps == 1,
+                "strata::ParameterServer has no GradAccum<K> yet: each step's batch is one worker's whole "
+                "gradient; raise batch_size instead (docs/parameter_server.md)");
+  static_assert(std::is_same_v<typename Config::device, policy::Cpu>,
+                "strata::ParameterServer runs on strata::Cpu only for now (docs/parameter_server.md)");
+
+ public:
+  using config = Config;
+  static constexpr int workers = Policy::workers;
+  static constexpr int servers = Policy::servers;
+  static constexpr int num_replicas = workers;
+
+  explicit BasicTrainer(ps::TrainerOptions const& options = {}) : options_(options) {
+    if (options.staleness < 0)
+      throw ConfigError(strata::detail::message("Trainer<ParameterServer>: staleness ", options.staleness,
+                                                " must be >= 0 (0: synchronous)"));
+  }
+
+  // Workers computing at once (asynchronously: "in sync" only under staleness 0, one at a time).
+  [[nodiscard]] static constexpr int num_replicas_in_sync() { return workers; }
+  [[nodiscard]] ps::TrainerOptions const& options() const { return options_; }
+
+  template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
+  History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
+              FitOptions const& options, Cs&&... callbacks) {
+    detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
+    check_options(options);
+    check_data<Model>(loss, train, "fit: the training dataset");
+    if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
+    auto const batches = (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
+    std::int64_t const per_epoch = batches.batches_per_epoch();
+
+    ps::LocalCluster<Policy, Model, Opt, LossFn> cluster(
+        model, optimizer, loss,
+        {options_.staleness, options.batch_size, options_.partition,
+         {options_.timeout, options.clip_global_norm, options.seed}});
+    auto optimizer_state = optimizer.make_state(model.parameters().size());
+    io::TrainingState state = io::training_state(model, optimizer, optimizer_state);
+    state.config = Config::describe();
+    state.progress.seed = options.seed;
+    state.progress.batch_size = options.batch_size;
+    hooks.train_begin({options.epochs, per_epoch, options.batch_size, workers, 1, 0, 1}, state, callbacks...);
+    io::Progress const start = state.progress;  // a restored run continues from here (an epoch's end)
+    if (start.step > 0) cluster.restore(model.parameters(), optimizer_state, start.step);
+    History history = History::from_map(start.history);
+
+    bool stop = false;
+    for (int epoch = int(start.epoch); epoch < options.epochs && !stop; ++epoch) {
+      hooks.epoch_begin(epoch, callbacks...);
+      auto const started = std::chrono::steady_clock::now();
+      auto stream = batches.stream(epoch);
+      std::vector<ps::RemoteValue<ps::StepResult>> results;
+      results.reserve(std::size_t(per_epoch));
+      Tally tally;
+      BatchLogs logs{epoch, options.epochs, 0, per_epoch, 0.0, std::nullopt, 0.0};
+      state.at_step_boundary = false;  // steps are in flight: no checkpoint until the epoch's end
+      // Reports the finished steps in batch order; `wait`: every scheduled one.
+      auto report_done = [&](bool wait) {
+        while (!stop && logs.step < std::int64_t(results.size()) &&
+               (wait || results[std::size_t(logs.step)].ready())) {
+          tally += results[std::size_t(logs.step)].fetch().tally;
+          ++logs.step;
+          logs.loss = tally.loss_sum / double(tally.samples);
+          if constexpr (LossFn::reports_accuracy) logs.accuracy = double(tally.correct) / double(tally.samples);
+          logs.seconds = seconds_since(started);
+          stop = hooks.batch_end(logs, state, callbacks...);
+        }
+      };
+      while (!stop) {
+        data::Batch const* batch = stream->next();
+        if (!batch) break;
+        auto owned = std::make_shared<ps::OwnedBatch>(*batch);
+        std::int64_t const step = std::int64_t(epoch) * per_epoch + batch->index;  // fit's dropout stream
+        results.push_back(cluster.coordinator().schedule([owned, step](auto& worker, std::int64_t) {
+          return worker.train_on_batch(owned->view(), step);
+        }));
+        report_done(false);
+      }
+      cluster.coordinator().join();
+      report_done(true);
+
+      cluster.gather(model.parameters(), optimizer_state);
+      EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
+      if (options.validation) {
+        Evaluation const v = evaluate(model, loss, *options.validation, options.batch_size);
+        epoch_logs.val_loss = v.loss;
+        epoch_logs.val_accuracy = v.accuracy;
+      }
+      epoch_logs.seconds = seconds_since(started);
+      history.append(epoch_logs);
+      io::Progress& p = state.progress;
+      p.step = p.micro_batches = cluster.version(0);  // every server applied every step once
+      p.epoch = epoch + 1;
+      p.batch = 0;
+      p.epoch_loss_sum = 0.0;
+      p.epoch_correct = p.epoch_samples = 0;
+      p.history = history.to_map();
+      state.at_step_boundary = true;
+      stop |= hooks.epoch_end(epoch_logs, state, callbacks...);
+    }
+    hooks.train_end(history, state, callbacks...);
+    return history;
+  }
+
+  // Evaluation and prediction read the weights in `model` (fit leaves the servers' there):
+  // they run as on Mirrored<Workers>, one thread per worker.
+  template <class Model, nn::Loss LossFn>
+  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
+    return mirrored().evaluate(model, loss, data, batch_size);
+  }
+  template <class Model>
+  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
+    return mirrored().predict(model, data, batch_size);
+  }
+
+ private:
+  using Evaluating = BasicTrainer<policy::Config<policy::Mirrored<workers>>>;
+  Evaluating& mirrored() {
+    if (!evaluating_) evaluating_ = std::make_unique<Evaluating>();
+    return *evaluating_;
+  }
+
+  static void check_options(FitOptions const& options) {
+    if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
+    if (options.batch_size < 1)
+      throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
+  }
+  template <class Model, class LossFn>
+  static void check_data(LossFn const& loss, data::Dataset const& data, char const* what) {
+    if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
+    Model::check_input_width(data.feature_width());
+    loss.validate(data.targets(), Model::output_width);
+  }
+  static double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  ps::TrainerOptions options_;
+  std::unique_ptr<Evaluating> evaluating_;
+};
+
+}  // namespace strata::train
