@@ -4,10 +4,12 @@
 // timed epochs. Prints one JSON line, the same fields the Keras and PyTorch anchors print.
 // Built twice: strata_anchor (Eigen's GEMM) and strata_anchor_openblas (linked to strata::blas);
 // and twice more with MPI (strata_anchor_mpi[_openblas]), which add MultiWorkerMirrored<1>:
-// every process of the job prints its line, with its rank.
+// every process of the job prints its line, with its rank; and once with ZeroMQ
+// (strata_anchor_ps_openblas), which adds Trainer<ParameterServer<2, S>> in one process.
 //
 //   strata_anchor --strategy one_device|mirrored2 [--epochs 3] [--steps 234]
 //   mpirun -np 2 strata_anchor_mpi --strategy multi_worker1 [--epochs 3] [--steps 234]
+//   strata_anchor_ps_openblas --strategy ps2x1|ps2x2 [--staleness 2] [--epochs 3] [--steps 234]
 
 #include <sys/resource.h>
 
@@ -20,6 +22,9 @@
 #if defined(STRATA_ANCHOR_MPI)
 #include <strata/multi_worker.hpp>
 #endif
+#if defined(STRATA_ANCHOR_PS)
+#include <strata/ps.hpp>
+#endif
 
 #include "../mlp_step.hpp"
 
@@ -27,8 +32,9 @@ namespace {
 
 constexpr int max_steps = 60000 / batch_size;  // full global batches in the training set
 
-template <class Trainer>
-void run(std::string system, int epochs, int steps) {
+// `options`: the trainer's constructor arguments.
+template <class Trainer, class... Options>
+void run(std::string system, int epochs, int steps, Options const&... options) {
 #if defined(STRATA_OPENBLAS)
   system += " + OpenBLAS";
 #else
@@ -37,14 +43,16 @@ void run(std::string system, int epochs, int steps) {
   auto const train = strata::data::fashion_mnist(strata::data::Split::train).take(std::size_t(steps) * batch_size);
   auto const test = strata::data::fashion_mnist(strata::data::Split::test);
   Model model(/*seed=*/2026);
-  Trainer trainer;
+  Trainer trainer(options...);
   auto const history = trainer.fit(model, optimizer, strata::SoftmaxCrossEntropy{}, train,
                                    {.epochs = epochs, .batch_size = batch_size, .seed = 7});
   auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);
 
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::cout << "{\"system\": \"" << system << "\", \"rank\": " << trainer.strategy().processes().process()
+  int rank = 0;
+  if constexpr (requires { trainer.strategy(); }) rank = trainer.strategy().processes().process();
+  std::cout << "{\"system\": \"" << system << "\", \"rank\": " << rank
             << ", \"version\": \"GEMM: " << strata::cpu_gemm_engine()
             << "\", \"samples_per_epoch\": " << train.size() << ", \"epoch_seconds\": [";
   char const* separator = "";
@@ -62,9 +70,11 @@ int main(int argc, char** argv) {
   std::string strategy = "mirrored2";
   int epochs = 3;
   int steps = max_steps;
+  [[maybe_unused]] int staleness = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string const flag = argv[i];
     if (flag == "--strategy") strategy = argv[i + 1];
+    else if (flag == "--staleness") staleness = std::atoi(argv[i + 1]);
     else if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
@@ -82,6 +92,16 @@ int main(int argc, char** argv) {
 #if defined(STRATA_ANCHOR_MPI)
     else if (strategy == "multi_worker1")
       run<strata::Trainer<strata::MultiWorkerMirrored<1>>>("strata MultiWorkerMirrored<1>, 2 processes", epochs, steps);
+#endif
+#if defined(STRATA_ANCHOR_PS)
+    else if (strategy == "ps2x1")
+      run<strata::Trainer<strata::ParameterServer<2, 1>>>(
+          "strata ParameterServer<2, 1>, staleness " + std::to_string(staleness), epochs, steps,
+          strata::ps::TrainerOptions{.staleness = staleness});
+    else if (strategy == "ps2x2")
+      run<strata::Trainer<strata::ParameterServer<2, 2>>>(
+          "strata ParameterServer<2, 2>, staleness " + std::to_string(staleness), epochs, steps,
+          strata::ps::TrainerOptions{.staleness = staleness});
 #endif
     else {
       std::cerr << "--strategy " << strategy << " is not one of one_device, mirrored2\n";
