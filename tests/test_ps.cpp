@@ -295,3 +295,16 @@ TEST_CASE("asynchronous ParameterServer<2, 2> training reaches 0.85 test accurac
   CHECK(history["val_accuracy"].back() >= 0.85);
   CHECK(trainer.evaluate(model, SoftmaxCrossEntropy{}, test).accuracy == history["val_accuracy"].back());
 }
+
+TEST_CASE("a port in use or a malformed address is a CommError naming it, not ZeroMQ's exception") {
+  zmq::context_t context(1);
+  zmq::socket_t first(context, zmq::socket_type::router), second(context, zmq::socket_type::router);
+  first.set(zmq::sockopt::linger, 0);
+  second.set(zmq::sockopt::linger, 0);
+  ps::listen_on(first, "tcp://127.0.0.1:*", "server");  // a free port, whichever
+  std::string const taken = first.get(zmq::sockopt::last_endpoint);
+  CHECK_THROWS_WITH_AS(ps::listen_on(second, taken, "chief"),
+                       doctest::Contains(("the chief cannot listen on " + taken).c_str()), CommError);
+  CHECK_THROWS_WITH_AS(ps::connect_to(second, "tcp://no-port-here", "worker"),
+                       doctest::Contains("the worker cannot connect to tcp://no-port-here"), CommError);
+}

@@ -126,7 +126,7 @@ void run_server(ClusterSpec const& spec, Model const& initial, Opt const& optimi
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::router);
   socket.set(zmq::sockopt::linger, 0);
-  socket.bind(ClusterSpec::bind_address(spec.own_address()));
+  listen_on(socket, ClusterSpec::bind_address(spec.own_address()), "server");
   std::atomic<bool> const never{false};
   server.serve(socket, never);  // returns on stop
 }
@@ -145,7 +145,7 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
                                {options.server_timeout, options.clip_global_norm, options.seed});
   zmq::socket_t chief(context, zmq::socket_type::dealer);
   chief.set(zmq::sockopt::linger, 1000);  // let the last report leave
-  chief.connect(ClusterSpec::connect_address(spec.chief));
+  connect_to(chief, ClusterSpec::connect_address(spec.chief), "worker");
   auto send = [&](zmq::message_t m) { chief.send(m, zmq::send_flags::none); };
   send(encode(detail::job_header(job, Kind::ready, -1, spec.index), {}));
   zmq::pollitem_t item{chief.handle(), 0, ZMQ_POLLIN, 0};
@@ -200,7 +200,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::router);
   socket.set(zmq::sockopt::linger, 1000);
-  socket.bind(ClusterSpec::bind_address(spec.chief));
+  listen_on(socket, ClusterSpec::bind_address(spec.chief), "chief");
   // The chief's own view of the servers: pulls the weights to evaluate them.
   Worker<Model, LossFn> reader(context, spec.server_addresses(), partition, initial, loss, 1, -1,
                                {options.server_timeout});
@@ -220,7 +220,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
     for (std::size_t s = 0; s < spec.servers.size(); ++s) {
       zmq::socket_t server(context, zmq::socket_type::dealer);
       server.set(zmq::sockopt::linger, 1000);
-      server.connect(ClusterSpec::connect_address(spec.servers[s]));
+      connect_to(server, ClusterSpec::connect_address(spec.servers[s]), "chief");
       Header h = detail::job_header(job, Kind::stop);
       h.server = int(s);
       server.send(encode(h, {}), zmq::send_flags::none);
@@ -253,7 +253,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
     for (std::size_t s = 0; s < spec.servers.size(); ++s) {
       zmq::socket_t socket_s(context, zmq::socket_type::dealer);
       socket_s.set(zmq::sockopt::linger, 0);
-      socket_s.connect(ClusterSpec::connect_address(spec.servers[s]));
+      connect_to(socket_s, ClusterSpec::connect_address(spec.servers[s]), "chief");
       Header h = detail::job_header(job, Kind::snapshot);
       h.server = int(s);
       socket_s.send(encode(h, {}), zmq::send_flags::none);

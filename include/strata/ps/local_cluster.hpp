@@ -76,7 +76,7 @@ class LocalCluster {
                                                             model.parameters(), optimizer, options.staleness));
       sockets_.emplace_back(context_, zmq::socket_type::router);
       sockets_.back().set(zmq::sockopt::linger, 0);
-      sockets_.back().bind(endpoints_.back());
+      listen_on(sockets_.back(), endpoints_.back(), "server");
     }
     std::vector<worker_type*> pointers;
     for (int w = 0; w < workers; ++w) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string>
 #include <string_view>
 
 #include <zmq.hpp>
@@ -90,6 +91,24 @@ struct Header {
   std::uint64_t count = 0;   // payload: floats, or bytes of text for an error
 };
 static_assert(sizeof(Header) == 48, "ps::Header is sent as its bytes");
+
+// `socket` listening on, or connected to, `address`; a port in use or a malformed address
+// is a CommError that names the address, what was being set up and ZeroMQ's reason.
+inline void listen_on(zmq::socket_t& socket, std::string const& address, char const* who) {
+  try {
+    socket.bind(address);
+  } catch (zmq::error_t const& e) {
+    throw CommError(strata::detail::message("ps: the ", who, " cannot listen on ", address, ": ", e.what(),
+                                            " (is another process using that port?)"));
+  }
+}
+inline void connect_to(zmq::socket_t& socket, std::string const& address, char const* who) {
+  try {
+    socket.connect(address);
+  } catch (zmq::error_t const& e) {
+    throw CommError(strata::detail::message("ps: the ", who, " cannot connect to ", address, ": ", e.what()));
+  }
+}
 
 // One message made from a header and its payload.
 inline zmq::message_t encode(Header header, std::span<float const> floats) {

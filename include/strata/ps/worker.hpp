@@ -65,7 +65,7 @@ class Worker {
       buffers_.emplace_back(partition.floats(s));
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       sockets_.back().set(zmq::sockopt::linger, 0);
-      sockets_.back().connect(servers[std::size_t(s)]);
+      connect_to(sockets_.back(), servers[std::size_t(s)], "worker");
     }
   }
 
