@@ -217,17 +217,10 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
   };
   auto stop_everyone = [&] {
     for (auto const& [identity, peer] : peers) send_to(identity, encode(detail::job_header(job, Kind::stop), {}));
-    for (std::size_t s = 0; s < spec.servers.size(); ++s) {
-      zmq::socket_t server(context, zmq::socket_type::dealer);
-      server.set(zmq::sockopt::linger, 1000);
-      connect_to(server, ClusterSpec::connect_address(spec.servers[s]), "chief");
-      Header h = detail::job_header(job, Kind::stop);
-      h.server = int(s);
-      server.send(encode(h, {}), zmq::send_flags::none);
-      zmq::pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(2000)) > 0) {
-        zmq::message_t ack;
-        (void)server.recv(ack);
+    for (int s = 0; s < int(spec.servers.size()); ++s) {
+      try {
+        reader.ask(s, Kind::stop, Kind::applied);
+      } catch (CommError const&) {  // a server already gone has nothing to stop
       }
     }
   };
@@ -250,26 +243,14 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       state.for_each_slot([&](char const*, AlignedBuffer&) { ++n; });
       return n;
     }();
-    for (std::size_t s = 0; s < spec.servers.size(); ++s) {
-      zmq::socket_t socket_s(context, zmq::socket_type::dealer);
-      socket_s.set(zmq::sockopt::linger, 0);
-      connect_to(socket_s, ClusterSpec::connect_address(spec.servers[s]), "chief");
-      Header h = detail::job_header(job, Kind::snapshot);
-      h.server = int(s);
-      socket_s.send(encode(h, {}), zmq::send_flags::none);
-      zmq::pollitem_t item{socket_s.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, options.server_timeout) == 0)
-        throw CommError(strata::detail::message("ps: server ", s, " at ", spec.servers[s],
-                                                " did not answer the chief's snapshot within ",
-                                                options.server_timeout.count(), " ms"));
-      zmq::message_t frame;
-      (void)socket_s.recv(frame);
+    for (int s = 0; s < int(spec.servers.size()); ++s) {
+      zmq::message_t const frame = reader.ask(s, Kind::snapshot, Kind::weights);
       Message const m(frame, job);
-      std::size_t const floats = partition.floats(int(s));
-      if (m.header().kind != Kind::weights || m.floats() != floats * (1 + slots))
-        throw CommError(strata::detail::message("ps: server ", s, " answered the snapshot with ", name(m.header().kind),
-                                                " of ", m.floats(), " floats, not ", floats * (1 + slots)));
-      auto const shards = partition.of(int(s));
+      std::size_t const floats = partition.floats(s);
+      if (m.floats() != floats * (1 + slots))
+        throw CommError(strata::detail::message("ps: server ", s, " answered the snapshot with ", m.floats(),
+                                                " floats, not ", floats * (1 + slots)));
+      auto const shards = partition.of(s);
       std::byte const* at = unpack(shards, m.payload(), evaluated.parameters());
       state.for_each_slot([&](char const*, AlignedBuffer& slot) { at = unpack(shards, at, slot.span()); });
     }

@@ -118,8 +118,6 @@ class LocalCluster {
   void restore(std::span<float const> weights, typename Opt::State& state, std::int64_t steps) {
     for (auto& server : servers_) server->restore(weights, state, steps);
   }
-  // The updates server s has applied (between steps).
-  [[nodiscard]] std::int64_t version(int s) const { return servers_[std::size_t(s)]->version(); }
 
  private:
   ClusterOptions options_;

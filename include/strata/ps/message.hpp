@@ -110,21 +110,24 @@ inline void connect_to(zmq::socket_t& socket, std::string const& address, char c
   }
 }
 
+namespace detail {
+// The header (its `count` set to `count`) and then `bytes`, in one frame.
+inline zmq::message_t frame(Header header, std::uint64_t count, void const* bytes, std::size_t size) {
+  header.count = count;
+  zmq::message_t message(sizeof(Header) + size);
+  std::memcpy(message.data(), &header, sizeof(Header));
+  if (size > 0) std::memcpy(static_cast<std::byte*>(message.data()) + sizeof(Header), bytes, size);
+  return message;
+}
+}  // namespace detail
+
 // One message made from a header and its payload.
 inline zmq::message_t encode(Header header, std::span<float const> floats) {
-  header.count = floats.size();
-  zmq::message_t message(sizeof(Header) + floats.size_bytes());
-  std::memcpy(message.data(), &header, sizeof(Header));
-  if (!floats.empty()) std::memcpy(static_cast<std::byte*>(message.data()) + sizeof(Header), floats.data(), floats.size_bytes());
-  return message;
+  return detail::frame(header, floats.size(), floats.data(), floats.size_bytes());
 }
 inline zmq::message_t encode_error(Header header, std::string_view text) {
   header.kind = Kind::error;
-  header.count = text.size();
-  zmq::message_t message(sizeof(Header) + text.size());
-  std::memcpy(message.data(), &header, sizeof(Header));
-  if (!text.empty()) std::memcpy(static_cast<std::byte*>(message.data()) + sizeof(Header), text.data(), text.size());
-  return message;
+  return detail::frame(header, text.size(), text.data(), text.size());
 }
 
 // A received frame whose header and length were checked: `job` is the fingerprint it must carry.

@@ -147,7 +147,7 @@ class BasicTrainer<Config> {
       epoch_logs.seconds = seconds_since(started);
       history.append(epoch_logs);
       io::Progress& p = state.progress;
-      p.step = p.micro_batches = cluster.version(0);  // every server applied every step once
+      p.step = p.micro_batches = cluster.server(0).version();  // every server applied every step once
       p.epoch = epoch + 1;
       p.batch = 0;
       p.epoch_loss_sum = 0.0;

@@ -52,7 +52,7 @@ class Worker {
  public:
   Worker(zmq::context_t& context, std::vector<std::string> const& servers, Partition const& partition, Model const& model,
          LossFn const& loss, int max_batch, int index, WorkerOptions options = {})
-      : model_(model), loss_(loss), pass_(max_batch, 0), partition_(partition), job_(partition.fingerprint()),
+      : model_(model), loss_(loss), pass_(max_batch, 0), job_(partition.fingerprint()),
         endpoints_(servers), index_(index), options_(options), versions_(servers.size(), 0) {
     if (int(servers.size()) != partition.servers())
       throw ConfigError(strata::detail::message("ps::Worker: ", servers.size(), " server addresses for a partition over ",
@@ -100,6 +100,13 @@ class Worker {
 
   [[nodiscard]] Model const& model() const { return model_; }
   [[nodiscard]] int index() const { return index_; }
+
+  // One request of `kind` that carries nothing (a chief's snapshot or stop) to server s, and
+  // its answer, which must be of kind `expected`.
+  zmq::message_t ask(int s, Kind kind, Kind expected) {
+    send(s, kind, -1, 0, {});
+    return receive(s, expected);
+  }
   [[nodiscard]] int servers() const { return int(sockets_.size()); }
   // The version of each server's weights at the last pull.
   [[nodiscard]] std::vector<std::int64_t> const& versions() const { return versions_; }
@@ -154,7 +161,7 @@ class Worker {
     auto message = encode(h, floats);
     handing_over(message);
     if (!sockets_[std::size_t(s)].send(message, zmq::send_flags::dontwait))
-      throw CommError(strata::detail::message("ps: worker ", index_, " could not queue a ", name(kind), " for server ",
+      throw CommError(strata::detail::message("ps: ", who(), " could not queue a ", name(kind), " for server ",
                                               s, " at ", endpoints_[std::size_t(s)]));
   }
 
@@ -166,7 +173,7 @@ class Worker {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, options_.timeout) == 0)
       throw CommError(strata::detail::message("ps: server ", s, " at ", endpoints_[std::size_t(s)],
-                                              " did not answer worker ", index_, " within ", options_.timeout.count(),
+                                              " did not answer ", who(), " within ", options_.timeout.count(),
                                               " ms; is it running?"));
     zmq::message_t reply;
     (void)socket.recv(reply);
@@ -174,16 +181,20 @@ class Worker {
     Message const message(reply, job_);
     Kind const kind = message.header().kind;
     if (kind == Kind::error)
-      throw CommError(strata::detail::message("ps: server ", s, " refused worker ", index_, "'s request: ", message.text()));
+      throw CommError(strata::detail::message("ps: server ", s, " refused the request of ", who(), ": ", message.text()));
     if (((kind != expected) && ...))
       throw CommError(strata::detail::message("ps: server ", s, " answered ", name(kind), " out of turn"));
     return reply;
   }
 
+  // Who is asking, in messages: a worker, or (index -1) the chief reading the servers.
+  [[nodiscard]] std::string who() const {
+    return index_ < 0 ? std::string("the chief") : strata::detail::message("worker ", index_);
+  }
+
   Model model_;  // its parameters: the pulled weights; its gradients: this worker's
   LossFn loss_;
   train::ReplicaPass<Model, policy::Cpu, float> pass_;
-  Partition partition_;
   std::uint64_t job_;
   std::vector<std::string> endpoints_;
   int index_;
