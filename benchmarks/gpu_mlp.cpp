@@ -1,7 +1,8 @@
 // The wide MLP on one GPU: strata's whole training step (Trainer<OneDevice, Cuda>'s step
 // runner: forward, loss, backward, update, and the next batch's upload overlapped with them) against cuBLAS alone running the same
 // GEMMs on operands already in device memory and already in the GEMM's type, measured in the
-// same run. Model 1024-8192-8192-8192-10, batch 8192, SGD with momentum.
+// same run. Model 1024-8192-8192-8192-10, batch 8192, SGD with momentum. One more case runs
+// the bf16 step under CentralStorage<1> (the variables and their update on the host).
 //
 //   gpu_mlp --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
@@ -120,8 +121,10 @@ void GemmOnly(benchmark::State& state, cuda::GemmPrecision precision) {
   set_counters(state, median);
 }
 
-// strata's step: a Trainer's device step runner on one host batch per step.
-template <class Precision>
+// strata's step: a Trainer's device step runner on one host batch per step. Under
+// CentralStorage<1> the same GPU computes and the host holds the variables and updates them:
+// the gradients come to the host and the weights go back on every step.
+template <class Precision, class Strategy = OneDevice>
 void Step(benchmark::State& state, cuda::GemmPrecision precision) {
   if (!have_gpu(state)) return;
   static auto model = std::make_unique<Wide>(1);
@@ -131,8 +134,9 @@ void Step(benchmark::State& state, cuda::GemmPrecision precision) {
   std::vector<std::int32_t> labels(batch);
   for (auto& l : labels) l = std::int32_t(rng() % 10);
   data::Dataset const data(std::move(features), labels);
-  strategy::BasicStrategy<policy::Config<OneDevice, Cuda, Precision>> strategy;
-  train::StepRunner<policy::Config<OneDevice, Cuda, Precision>, Wide, Sgd, SoftmaxCrossEntropy> runner(
+  using Config = policy::Config<Strategy, Cuda, Precision>;
+  strategy::BasicStrategy<Config> strategy;
+  train::StepRunner<Config, Wide, Sgd, SoftmaxCrossEntropy> runner(
       strategy, *model, Sgd{.lr = 1e-4f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, batch, 0);
   if (precision == cuda::GemmPrecision::tf32) runner.set_gemm_precision(precision);
   data::Batch const one{data.features(), data.targets(), batch, 0};
@@ -166,6 +170,7 @@ int main(int argc, char** argv) {
   add("Step/tf32", [](benchmark::State& s) { Step<FullPrecision>(s, P::tf32); });
   add("GemmOnly/bf16", [](benchmark::State& s) { GemmOnly(s, P::bf16); });
   add("Step/bf16", [](benchmark::State& s) { Step<MixedPrecision>(s, P::bf16); });
+  add("Step/bf16/CentralStorage<1>", [](benchmark::State& s) { Step<MixedPrecision, CentralStorage<1>>(s, P::bf16); });
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -168,6 +168,9 @@ TEST_CASE("without that GPU, the Cuda backend and Trainer<Cuda> say so and leave
     Trainer<Mirrored<2>, Cuda> trainer;
     CHECK_THROWS_WITH_AS(trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, data, {.epochs = 1, .batch_size = 4}),
                          doctest::Contains("use strata::Cpu"), DeviceError);
+    Trainer<CentralStorage<2>, Cuda> central;
+    CHECK_THROWS_WITH_AS(central.fit(model, Adam{}, SoftmaxCrossEntropy{}, data, {.epochs = 1, .batch_size = 4}),
+                         doctest::Contains("use strata::Cpu"), DeviceError);
     CHECK(std::equal(before.begin(), before.end(), model.parameters().begin()));
   }
   CHECK_THROWS_WITH_AS(cuda::current_context(), doctest::Contains("ContextBinding"), DeviceError);
@@ -361,6 +364,52 @@ TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping, Grad
   CHECK(max_difference(train_copy<Mirrored<2>, Cuda>(model, lamb, 2), train_copy<Mirrored<2>>(model, lamb, 2)) < 2e-4);
 }
 
+namespace {
+// An optimizer with only a CPU update: Mirrored<N> on Cuda refuses it, CentralStorage runs it.
+struct CpuOnlyAdam : Adam {
+  static constexpr char const* name = "CpuOnlyAdam";
+  int rule(StepInfo) const { return 0; }  // hides Adam's: no element rule left
+};
+static_assert(!train::has_device_update<CpuOnlyAdam>);
+
+// CentralStorage<2> on Cuda (variables on the host, updated by the CPU) against the GPU's
+// Mirrored<2> and against the CPU's CentralStorage<2>, which is Mirrored<2>'s step.
+void central_storage_matches(GpuModel const& model) {
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda>(model, Adam{}, 2), train_copy<Mirrored<2>, Cuda>(model, Adam{}, 2)) < 1e-4);
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda>(model, Adam{}, 2), train_copy<CentralStorage<2>>(model, Adam{}, 2)) < 2e-4);
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda>(model, Adam{}, 1, 0.05f), train_copy<CentralStorage<2>>(model, Adam{}, 1, 0.05f)) < 2e-4);
+  Sgd const sgd{.lr = 0.1f, .momentum = 0.9f};
+  CHECK(max_difference(train_copy<CentralStorage<3>, Cuda, GradAccum<2>>(model, sgd, 2),
+                       train_copy<OneDevice, GradAccum<2>>(model, sgd, 2)) < 2e-4);
+  Lamb const lamb{.lr = 1e-2f, .exclude_from_weight_decay = {"bias"}};
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda>(model, lamb, 2), train_copy<CentralStorage<2>>(model, lamb, 2)) < 2e-4);
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda>(model, CpuOnlyAdam{}, 2), train_copy<CentralStorage<2>>(model, Adam{}, 2)) < 2e-4);
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda, MixedPrecision>(model, Adam{}, 1),
+                       train_copy<CentralStorage<2>, MixedPrecision>(model, Adam{}, 1)) < 2e-2);
+  CHECK(max_difference(train_copy<CentralStorage<2>, Cuda>(model, Adam{}, 2), model.parameters()) > 1e-3);  // it trained
+}
+}  // namespace
+
+TEST_CASE("gpu: CentralStorage on Cuda (GPUs compute, the host updates) trains as Mirrored<2> and the CPU do") {
+  central_storage_matches(GpuModel(26));
+  // Two fits in a row: the second starts from the model's weights as the first left them
+  // (the central copy is filled from the model, and the model from it at each epoch's end).
+  auto const data = synthetic(192, 7);
+  auto twice = [&](auto& trainer) {
+    GpuModel model(27);
+    for (int fit = 0; fit < 2; ++fit)
+      trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, data, {.epochs = 1, .batch_size = 64, .seed = 3});
+    return std::pair{std::vector<float>(model.parameters().begin(), model.parameters().end()),
+                     trainer.evaluate(model, SoftmaxCrossEntropy{}, data, 64)};
+  };
+  Trainer<CentralStorage<2>, Cuda> gpu;
+  Trainer<CentralStorage<2>> cpu;
+  auto const [gpu_weights, gpu_eval] = twice(gpu);
+  auto const [cpu_weights, cpu_eval] = twice(cpu);
+  CHECK(max_difference(gpu_weights, cpu_weights) < 2e-4);
+  CHECK(gpu_eval.loss == doctest::Approx(cpu_eval.loss).epsilon(1e-4));
+}
+
 TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as one copied on demand") {
   using Config = policy::Config<Mirrored<2>, Cuda>;
   auto const data = synthetic(192, 7);
@@ -477,6 +526,16 @@ TEST_CASE("gpus2: Mirrored<2> with one GPU per replica over NCCL matches OneDevi
   CHECK(max_difference(train_copy<OneDevice, GradAccum<2>>(model, sgd, 2), train_copy<Mirrored<2>, Cuda, GradAccum<2>>(model, sgd, 2)) < 2e-4);
   CHECK(max_difference(train_copy<Mirrored<2>>(model, AdamW{}, 1, 0.05f), train_copy<Mirrored<2>, Cuda>(model, AdamW{}, 1, 0.05f)) < 2e-4);
   CHECK(max_difference(train_copy<Mirrored<2>>(model, Lamb{}, 2), train_copy<Mirrored<2>, Cuda>(model, Lamb{}, 2)) < 2e-4);
+}
+
+TEST_CASE("gpus2: CentralStorage<2> with one GPU per replica trains as Mirrored<2> and the CPU do") {
+  using Config = policy::Config<CentralStorage<2>, Cuda>;
+  using Probe = Sequential<Dense<4, 3>>;
+  strategy::BasicStrategy<Config> strategy;
+  Probe probe(1);
+  train::StepRunner<Config, Probe, Sgd, SoftmaxCrossEntropy> runner(strategy, probe, Sgd{}, SoftmaxCrossEntropy{}, 4, 0);
+  CHECK(runner.gradient_sync().devices() == std::vector<int>{0, 1});
+  central_storage_matches(GpuModel(28));
 }
 
 int main(int argc, char** argv) { return gpu_test_main(argc, argv, "Cuda backend", 540); }

@@ -1,6 +1,6 @@
 #pragma once
-// The Cuda device policy's backend: Trainer<OneDevice | Mirrored<N>, Cuda, ...> on an NVIDIA
-// GPU. Link the strata::cuda CMake target (CUDA runtime, cuBLAS, NVRTC); no nvcc is needed.
+// The Cuda device policy's backend: Trainer<OneDevice | Mirrored<N> | CentralStorage<N>,
+// Cuda, ...> on an NVIDIA GPU. Link the strata::cuda CMake target (CUDA runtime, cuBLAS, NVRTC); no nvcc is needed.
 // See docs/gpu.md.
 
 #include "strata/cuda/backend.hpp"
@@ -15,6 +15,7 @@
 #include "strata/nn/loss_cuda.hpp"
 #include "strata/nn/residual_cuda.hpp"
 #include "strata/optim/element_rule_cuda.hpp"
+#include "strata/train/central_storage_cuda.hpp"
 #include "strata/train/gradient_sync_cuda.hpp"
 #include "strata/train/replica_pass_cuda.hpp"
 #include "strata/train/slice_update_cuda.hpp"

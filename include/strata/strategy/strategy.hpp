@@ -62,10 +62,6 @@ class BasicStrategy {
                 "strata::ParameterServer trains through Trainer with #include <strata/ps.hpp> and the strata::ps "
                 "CMake target; it has no Strategy for custom loops (schedule steps on ps::LocalCluster's coordinator "
                 "instead; docs/parameter_server.md)");
-  static_assert(Config::strategy::kind != policy::StrategyKind::central_storage ||
-                    std::is_same_v<typename Config::device, policy::Cpu>,
-                "strata::CentralStorage<N> on strata::Cuda (variables in host memory, GPUs computing) is not built "
-                "yet; Mirrored<N> on strata::Cuda runs today (docs/roadmap.md)");
   using communicator_for = replica_communicator_for<typename Config::strategy>;
 
  public:

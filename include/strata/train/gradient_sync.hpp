@@ -250,7 +250,7 @@ concept InProcessStrategy =
 // threads reduce their gradients into it and its update is applied once, each weight by
 // the thread that owns its slice. That is exactly the step Mirrored<N> runs on the host
 // (one shared copy, no collective), so the two share it. On Cuda, where Mirrored keeps a
-// copy per GPU, CentralStorage would keep the variables on the host: not built yet.
+// copy per GPU, CentralStorage keeps the variables on the host (train/central_storage_cuda.hpp).
 template <class Strategy>
 concept CentralStorageStrategy = Strategy::kind == policy::StrategyKind::central_storage;
 

@@ -53,6 +53,20 @@
 
 namespace strata::train {
 
+// The SliceUpdate of the device, unless the sync names its own (`Sync::update_type<Opt, T>`:
+// CentralStorage on Cuda updates on the host what the GPUs compute with).
+template <class Sync, class Opt, class Device, int Replicas, class T>
+struct UpdateFor {
+  using type = SliceUpdate<Opt, Device, Replicas, T>;
+};
+template <class Sync, class Opt, class Device, int Replicas, class T>
+  requires requires { typename Sync::template update_type<Opt, T>; }
+struct UpdateFor<Sync, Opt, Device, Replicas, T> {
+  using type = typename Sync::template update_type<Opt, T>;
+};
+template <class Sync, class Opt, class Device, int Replicas, class T>
+using update_for_t = typename UpdateFor<Sync, Opt, Device, Replicas, T>::type;
+
 // `Sync` defaults to the strategy's sync on the device; a test or a strategy in the making
 // may name another (CommunicatorSync over threads is checked against ThreadSync so).
 template <class Config, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Sync = gradient_sync_t<Config>,
@@ -64,7 +78,7 @@ class StepRunner : public StepProgress<Config> {
   using compute_type = typename Config::precision::compute_type;
   using sync_type = Sync;
   using Pass = ReplicaPass<Model, device, compute_type>;
-  using Update = SliceUpdate<Opt, device, Config::num_replicas, compute_type>;
+  using Update = update_for_t<Sync, Opt, device, Config::num_replicas, compute_type>;
   static constexpr int num_replicas = Config::num_replicas;  // in this process
 
   // `global_batch_size` bounds the batches this runner takes (shards are sized for it).
