@@ -82,9 +82,9 @@ class BasicTrainer<Config> {
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
               FitOptions const& options, Cs&&... callbacks) {
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
-    check_options(options);
-    check_data<Model>(loss, train, "fit: the training dataset");
-    if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
+    check_fit_options(options);
+    check_dataset<Model>(loss, train, "fit: the training dataset");
+    if (options.validation) check_dataset<Model>(loss, *options.validation, "fit: the validation dataset");
     auto const batches = (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
     std::int64_t const per_epoch = batches.batches_per_epoch();
 
@@ -118,8 +118,7 @@ class BasicTrainer<Config> {
                (wait || results[std::size_t(logs.step)].ready())) {
           tally += results[std::size_t(logs.step)].fetch().tally;
           ++logs.step;
-          logs.loss = tally.loss_sum / double(tally.samples);
-          if constexpr (LossFn::reports_accuracy) logs.accuracy = double(tally.correct) / double(tally.samples);
+          report_running_means<LossFn>(tally, logs);
           logs.seconds = seconds_since(started);
           stop = hooks.batch_end(logs, state, callbacks...);
         }
@@ -176,21 +175,6 @@ class BasicTrainer<Config> {
   Evaluating& mirrored() {
     if (!evaluating_) evaluating_ = std::make_unique<Evaluating>();
     return *evaluating_;
-  }
-
-  static void check_options(FitOptions const& options) {
-    if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
-    if (options.batch_size < 1)
-      throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
-  }
-  template <class Model, class LossFn>
-  static void check_data(LossFn const& loss, data::Dataset const& data, char const* what) {
-    if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
-    Model::check_input_width(data.feature_width());
-    loss.validate(data.targets(), Model::output_width);
-  }
-  static double seconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   ps::TrainerOptions options_;

@@ -55,6 +55,32 @@ constexpr void check_runnable() {
                 "strata::Trainer: Compress<T> is parsed but not implemented yet (docs/roadmap.md)");
 }
 
+// What every trainer (train::BasicTrainer, and ps/trainer.hpp's) checks and reports alike.
+inline void check_fit_options(FitOptions const& options) {
+  if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
+  if (options.batch_size < 1)
+    throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
+}
+
+template <class Model, class LossFn>
+void check_dataset(LossFn const& loss, data::Dataset const& data, char const* what) {
+  if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
+  Model::check_input_width(data.feature_width());
+  loss.validate(data.targets(), Model::output_width);
+}
+
+// Running means of the epoch so far.
+template <class LossFn>
+void report_running_means(Tally const& tally, BatchLogs& logs) {
+  if (tally.samples == 0) return;
+  logs.loss = tally.loss_sum / double(tally.samples);
+  if constexpr (LossFn::reports_accuracy) logs.accuracy = double(tally.correct) / double(tally.samples);
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 template <class Config>
 class BasicTrainer {
   // One step runner and one evaluator for every device: their parts are chosen by the
@@ -78,8 +104,9 @@ class BasicTrainer {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
               FitOptions const& options, Cs&&... callbacks) {
-    check_options(options);
-    check_data<Model>(loss, train, "fit: the training dataset");
+    check_runnable<Config>();
+    check_fit_options(options);
+    check_dataset<Model>(loss, train, "fit: the training dataset");
     strategy::SharedInput const input(train, options.batch_size, options.shuffle, options.seed, options.prefetch);
     return fit_from(model, optimizer, loss, input, options, std::forward<Cs>(callbacks)...);
   }
@@ -90,9 +117,10 @@ class BasicTrainer {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class Make, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, strategy::PerWorker<Make> const& input,
               FitOptions const& options, Cs&&... callbacks) {
-    check_options(options);
+    check_runnable<Config>();
+    check_fit_options(options);
     auto const worker_input = strategy_.worker_input(
-        "fit", input.make, [&](data::Dataset const& local) { check_data<Model>(loss, local, "fit: this worker's dataset"); },
+        "fit", input.make, [&](data::Dataset const& local) { check_dataset<Model>(loss, local, "fit: this worker's dataset"); },
         options.batch_size, options.shuffle, options.seed, options.prefetch);
     return fit_from(model, optimizer, loss, worker_input, options, std::forward<Cs>(callbacks)...);
   }
@@ -101,7 +129,7 @@ class BasicTrainer {
   template <class Model, nn::Loss LossFn>
   Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
     check_runnable<Config>();
-    check_data<Model>(loss, data, "evaluate: the dataset");
+    check_dataset<Model>(loss, data, "evaluate: the dataset");
     return ValidatorFor<Model>(strategy_, model, batch_size).evaluate(loss, data);
   }
 
@@ -119,7 +147,7 @@ class BasicTrainer {
   History fit_from(Model& model, Opt const& optimizer, LossFn const& loss, Input const& input, FitOptions const& options,
                    Cs&&... callbacks) {
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
-    if (options.validation) check_data<Model>(loss, *options.validation, "fit: the validation dataset");
+    if (options.validation) check_dataset<Model>(loss, *options.validation, "fit: the validation dataset");
     // Profiling callbacks turn the probe on; otherwise it is NoProbe, which reads no clock.
     constexpr bool profiled = (profile::ProfilingCallback<std::remove_cvref_t<Cs>> || ...);
     using Probe = std::conditional_t<profiled, profile::Probe<num_replicas>, profile::NoProbe>;
@@ -172,7 +200,7 @@ class BasicTrainer {
         epoch_tally = {start.epoch_loss_sum, start.epoch_correct, start.epoch_samples};
       Tally job_tally = job_total(strategy_.processes(), epoch_tally);
       BatchLogs logs{epoch, options.epochs, resumed ? start.batch : 0, stream.batches(), 0.0, std::nullopt, 0.0};
-      report<LossFn>(job_tally, logs);
+      report_running_means<LossFn>(job_tally, logs);
       auto fetch_begin = probe.now();
       for (strategy::StepBatch const *step = stream.next(), *next = nullptr; step; step = next) {
         probe.set_step(runner.micro_batches());
@@ -183,7 +211,7 @@ class BasicTrainer {
         probe.record(-1, profile::Phase::step, step_begin, probe.now());
         job_tally = job_total(strategy_.processes(), epoch_tally);
         logs.step = step->batch->index + 1;
-        report<LossFn>(job_tally, logs);
+        report_running_means<LossFn>(job_tally, logs);
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, job_tally);
         if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
@@ -260,20 +288,6 @@ class BasicTrainer {
     });
   }
 
-  static void check_options(FitOptions const& options) {
-    check_runnable<Config>();
-    if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
-    if (options.batch_size < 1)
-      throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
-  }
-
-  template <class Model, class LossFn>
-  static void check_data(LossFn const& loss, data::Dataset const& data, char const* what) {
-    if (data.empty()) throw DataError(strata::detail::message(what, " is empty; give it at least one sample"));
-    Model::check_input_width(data.feature_width());
-    loss.validate(data.targets(), Model::output_width);
-  }
-
   // Every process must continue from where the chief does (the chief's weights and state
   // are broadcast; the position in the data cannot be).
   void check_same_start(io::Progress const& start) {
@@ -295,14 +309,6 @@ class BasicTrainer {
   static constexpr bool reads_state_on_batch_end =
       requires(C& c, io::TrainingState& s) { c.on_batch_end(BatchLogs{}, s); };
 
-  // Running means of the epoch so far.
-  template <class LossFn>
-  static void report(Tally const& tally, BatchLogs& logs) {
-    if (tally.samples == 0) return;
-    logs.loss = tally.loss_sum / double(tally.samples);
-    if constexpr (LossFn::reports_accuracy) logs.accuracy = double(tally.correct) / double(tally.samples);
-  }
-
   // Where training stands, for the callbacks that save it.
   template <class Runner>
   static void record(io::TrainingState& state, Runner const& runner, std::int64_t epoch, std::int64_t batch,
@@ -317,10 +323,6 @@ class BasicTrainer {
     p.epoch_samples = tally.samples;
     p.loss_scale = runner.loss_scale();
     state.at_step_boundary = runner.at_step_boundary();
-  }
-
-  static double seconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   strategy_type strategy_;
