@@ -1,6 +1,8 @@
 // One training step of the MLP 784-1024-1024-10 (ReLU, softmax cross-entropy, SGD with
 // momentum) at global batch 256 on Fashion-MNIST:
-//   Trainer/OneDevice   strata's generated step, one replica
+//   Trainer/OneDevice   strata's generated step, one replica, its GEMMs split over every core
+//                       (intra-op threads, automatic)
+//   Trainer/OneDevice/intra_op_1   the same on the replica's thread alone (intra_op_threads = 1)
 //   HandWritten/Eigen   the same arithmetic written by hand with Eigen (the zero-overhead yardstick)
 //   Trainer/Mirrored2   strata's step on two replica threads
 //   GemmOnly/threads/N  only the GEMMs of one replica's step at batch 256/N, on N threads at once:
@@ -22,10 +24,10 @@ void report(benchmark::State& state, int samples_per_iteration) {
                                                           benchmark::Counter::kIsIterationInvariantRate);
 }
 
-template <class Trainer>
+template <class Trainer, int IntraOpThreads = 0>
 void trainer_step(benchmark::State& state) {
   Model model(1);
-  Trainer trainer;
+  Trainer trainer({.intra_op_threads = IntraOpThreads});
   Runner<Trainer> runner(
       trainer.strategy(), model, optimizer, {}, batch_size, 0);
   auto const& batch = real_batch();
@@ -33,6 +35,7 @@ void trainer_step(benchmark::State& state) {
   report(state, batch_size);
 }
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>)->Name("Trainer/OneDevice")->UseRealTime();
+BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>, 1)->Name("Trainer/OneDevice/intra_op_1")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2")->UseRealTime();
 
 void hand_written_step(benchmark::State& state) {

@@ -23,7 +23,8 @@ template <class Precision, class Probe = strata::profile::NoProbe>
 double trainer_steps(strata::data::Batch const& batch, int steps) {
   using Config = strata::policy::Config<strata::OneDevice, Precision>;
   Model model(1);
-  strata::strategy::BasicStrategy<Config> strategy;
+  // One thread, as the hand-written step: intra-op threads would split the same work over more.
+  strata::strategy::BasicStrategy<Config> strategy({.intra_op_threads = 1});
   strata::train::StepRunner<Config, Model, strata::Sgd, strata::SoftmaxCrossEntropy, strata::train::gradient_sync_t<Config>,
                             Probe>
       runner(strategy, model, optimizer, {}, batch_size, 0);

@@ -1,9 +1,12 @@
 // Core pieces: 16-bit types, randomness, the CPU backend's GEMM against a naive loop.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "random_matrix.hpp"
 #include "strata.hpp"
@@ -46,13 +49,21 @@ TEST_CASE("counter-based randomness depends only on its inputs") {
   CHECK(sum / 10000 == doctest::Approx(0.5).epsilon(0.02));
 }
 
+// Without an intra-op team, and with one of 3 threads bound (core/intra_op.hpp): the largest
+// shape is then split into parts of output columns, over every combination of transposes.
 TEST_CASE("CpuBackend::gemm matches a naive triple loop for every transpose and beta, and empty inner sizes") {
   Rng rng(3);
   auto random = [&](int r, int c) { return random_matrix(rng, r, c); };
+  comm::ThreadGroup team_threads(3);
+  IntraOpTeam const team = team_threads.intra_op_team();
+  for (IntraOpTeam const* bound : {static_cast<IntraOpTeam const*>(nullptr), &team})
   for (auto ta : {Transpose::no, Transpose::yes})
     for (auto tb : {Transpose::no, Transpose::yes})
       for (float beta : {0.0f, 1.0f, 0.5f})
-        for (auto [m, n, k] : {std::array{5, 7, 3}, std::array{70, 33, 129}}) {  // Eigen's small-product path, and a GEMM
+        for (auto [m, n, k] : {std::array{5, 7, 3}, std::array{70, 33, 129}, std::array{96, 230, 129}}) {
+        // Eigen's small-product path, a GEMM, and one large enough to split
+        IntraOpBinding const binding(bound);
+        CHECK(CpuBackend::split_parts(m, n, k) == (bound && n == 230 ? 3 : 1));
         Matrix a = ta == Transpose::no ? random(m, k) : random(k, m);
         Matrix b = tb == Transpose::no ? random(k, n) : random(n, k);
         Matrix c = random(m, n), expected = c;
@@ -69,4 +80,30 @@ TEST_CASE("CpuBackend::gemm matches a naive triple loop for every transpose and 
   Matrix a(4, 0), b(0, 3), c = Matrix::Constant(4, 3, 7.0f);
   CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(a), view(b), 0.0f, view(c));
   CHECK(c.isZero());
+}
+
+TEST_CASE("an intra-op team runs every part once, on distinct threads, the first on the caller") {
+  comm::ThreadGroup team_threads(3);
+  IntraOpTeam const team = team_threads.intra_op_team();
+  CHECK(team.threads == 3);
+  for (int parts : {1, 2, 3, 7}) {
+    std::vector<int> runs(std::size_t(parts), 0);
+    std::vector<std::thread::id> where(static_cast<std::size_t>(parts), std::thread::id{});
+    IntraOpBinding const binding(&team);
+    run_intra_op(parts, [&](int p) {
+      ++runs[std::size_t(p)];
+      where[std::size_t(p)] = std::this_thread::get_id();
+    });
+    CHECK(std::count(runs.begin(), runs.end(), 1) == parts);
+    CHECK(where[0] == std::this_thread::get_id());
+    if (parts >= 3) CHECK((where[0] != where[1] && where[1] != where[2] && where[0] != where[2]));
+    if (parts == 7) CHECK(where[3] == where[0]);  // part p on thread p mod 3
+  }
+  CHECK(intra_op_team() == nullptr);  // the binding ended with its scope
+  // Columns split in order, the first parts one longer.
+  CHECK(split_columns(10, 3, 0).first == 0);
+  CHECK(split_columns(10, 3, 0).count == 4);
+  CHECK(split_columns(10, 3, 2).first == 7);
+  CHECK(split_columns(10, 3, 2).count == 3);
+  CHECK(available_cores() >= 1);
 }

@@ -4,6 +4,10 @@
 //
 // A failure in one replica aborts the group: replicas waiting in a collective wake and
 // leave, and run() rethrows the first exception on the caller. Nothing hangs.
+//
+// A group is also an intra-op team (core/intra_op.hpp): intra_op_team() lends its threads to
+// one replica of another group, which binds it to that replica's thread for every task it
+// runs (bind_intra_op).
 
 #include <atomic>
 #include <chrono>
@@ -16,13 +20,14 @@
 #include "strata/comm/rendezvous.hpp"
 #include "strata/comm/thread_communicator.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/intra_op.hpp"
 
 namespace strata::comm {
 
 class ThreadGroup {
  public:
   explicit ThreadGroup(int size, std::chrono::milliseconds timeout = default_timeout)
-      : size_(checked(size)), rendezvous_(size, timeout) {
+      : size_(checked(size)), rendezvous_(size, timeout), teams_(std::size_t(size_), nullptr) {
     for (int rank = 1; rank < size; ++rank) workers_.emplace_back([this, rank] { work(rank); });
   }
   ThreadGroup(ThreadGroup const&) = delete;
@@ -44,6 +49,7 @@ class ThreadGroup {
   template <class Task>
   void run(Task& task) {
     if (size_ == 1) {
+      IntraOpBinding const bound(teams_[0]);
       task(0);
       return;
     }
@@ -57,6 +63,20 @@ class ThreadGroup {
     execute(0);
     wait_until([&] { return finished_.load(std::memory_order_acquire) == size_ - 1; }, finished_);
     if (error_) std::rethrow_exception(error_);
+  }
+
+  // Replica `rank`'s tasks split their large operations over `team` (nullptr: none). The
+  // team must outlive the group's runs.
+  void bind_intra_op(int rank, IntraOpTeam const* team) { teams_.at(std::size_t(rank)) = team; }
+
+  // This group's threads as an intra-op team: run(parts) calls the task on ranks [0, parts).
+  [[nodiscard]] IntraOpTeam intra_op_team() {
+    return {size_, this, [](void* owner, int parts, void* task, void (*invoke)(void*, int)) {
+              auto some = [&](int rank) {
+                if (rank < parts) invoke(task, rank);
+              };
+              static_cast<ThreadGroup*>(owner)->run(some);
+            }};
   }
 
   // Replica `rank` waits here until all have arrived (CommError after the group's timeout).
@@ -74,6 +94,7 @@ class ThreadGroup {
 
   void execute(int rank) {
     try {
+      IntraOpBinding const bound(teams_[std::size_t(rank)]);
       invoke_(task_, rank);
     } catch (GroupAborted const&) {
       // another replica failed first; its exception is the one reported
@@ -129,6 +150,7 @@ class ThreadGroup {
   int size_;
   Rendezvous rendezvous_;
   std::vector<std::thread> workers_;
+  std::vector<IntraOpTeam const*> teams_;  // each rank's intra-op team, or nullptr
 
   void* task_ = nullptr;
   void (*invoke_)(void*, int) = nullptr;

@@ -15,6 +15,7 @@
 
 #include "strata/core/blas.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/intra_op.hpp"
 #include "strata/core/random.hpp"
 #include "strata/core/tensor.hpp"
 
@@ -49,6 +50,12 @@ concept Backend = requires(ConstMatrixView a, MatrixView c, float const* v, floa
 #include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's packets in the products below
 
 struct CpuBackend {
+  // A product is split over the bound intra-op team (core/intra_op.hpp) from this many
+  // multiply-adds, into parts of at least min_split_columns output columns: below that, the
+  // hand-off costs more than the second core gains.
+  static constexpr double min_split_macs = double(1 << 21);
+  static constexpr int min_split_columns = 32;
+
   // c = alpha * op(a) * op(b) + beta * c
   static void gemm(Transpose op_a, Transpose op_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
                    MatrixView c) {
@@ -59,20 +66,43 @@ struct CpuBackend {
       return;
     }
     // beta == 0 takes Eigen's plain product assignment, exactly what hand-written Eigen code runs.
-    auto product = [&](auto const& A, auto const& B) {
+    auto product = [&](auto&& out, auto const& A, auto const& B) {
       if (beta == 0.0f) {
-        C.noalias() = alpha * A * B;
+        out.noalias() = alpha * A * B;
       } else {
-        if (beta != 1.0f) C *= beta;
-        C.noalias() += alpha * A * B;
+        if (beta != 1.0f) out *= beta;
+        out.noalias() += alpha * A * B;
       }
     };
     auto A = detail::eigen(a);
     auto B = detail::eigen(b);
-    if (op_a == Transpose::no && op_b == Transpose::no) product(A, B);
-    else if (op_a == Transpose::no) product(A, B.transpose());
-    else if (op_b == Transpose::no) product(A.transpose(), B);
-    else product(A.transpose(), B.transpose());
+    int const parts = split_parts(c.rows, c.cols, inner);
+    if (parts <= 1) {
+      if (op_a == Transpose::no && op_b == Transpose::no) product(C, A, B);
+      else if (op_a == Transpose::no) product(C, A, B.transpose());
+      else if (op_b == Transpose::no) product(C, A.transpose(), B);
+      else product(C, A.transpose(), B.transpose());
+      return;
+    }
+    // Each part computes its own output columns: columns of op(b), whatever the transposes.
+    run_intra_op(parts, [&](int p) {
+      auto const [first, count] = split_columns(c.cols, parts, p);
+      auto out = C.middleCols(first, count);
+      if (op_a == Transpose::no && op_b == Transpose::no) product(out, A, B.middleCols(first, count));
+      else if (op_a == Transpose::no) product(out, A, B.middleRows(first, count).transpose());
+      else if (op_b == Transpose::no) product(out, A.transpose(), B.middleCols(first, count));
+      else product(out, A.transpose(), B.middleRows(first, count).transpose());
+    });
+  }
+
+  // How many parts a product of (rows x inner) by (inner x cols) is split into on this
+  // thread's intra-op team: 1 without one. A function of the shape and the team's size only,
+  // so a run's arithmetic is the same every time.
+  static int split_parts(int rows, int cols, int inner) {
+    IntraOpTeam const* team = intra_op_team();
+    if (!team || team->threads < 2) return 1;
+    if (double(rows) * double(cols) * double(inner) < min_split_macs) return 1;
+    return std::max(1, std::min(team->threads, cols / min_split_columns));
   }
 
   static void add_bias(MatrixView y, float const* bias) {

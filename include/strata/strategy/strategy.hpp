@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -28,6 +29,7 @@
 #include "strata/core/backend.hpp"
 #include "strata/strategy/backend_for.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/intra_op.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/policy/config.hpp"
 #include "strata/strategy/distribute.hpp"
@@ -74,7 +76,16 @@ class BasicStrategy {
   using context_type = BasicReplicaContext<communicator_type>;
 
   explicit BasicStrategy(StrategyOptions const& options = {})
-      : options_(options), group_(num_replicas, options.timeout), processes_(options) {}
+      : options_(options), intra_op_threads_(intra_op_threads_for(options)), group_(num_replicas, options.timeout),
+        processes_(options) {
+    if (intra_op_threads_ < 2) return;
+    for (int r = 0; r < num_replicas; ++r) intra_op_groups_.push_back(std::make_unique<comm::ThreadGroup>(intra_op_threads_));
+    for (auto& g : intra_op_groups_) intra_op_teams_.push_back(g->intra_op_team());
+    for (int r = 0; r < num_replicas; ++r) group_.bind_intra_op(r, &intra_op_teams_[std::size_t(r)]);
+  }
+
+  // Threads each replica's large CPU operations split over, itself included (StrategyOptions).
+  [[nodiscard]] int intra_op_threads() const { return intra_op_threads_; }
 
   // Replicas in sync across the whole job: this process's times the processes.
   [[nodiscard]] int num_replicas_in_sync() const { return num_replicas * processes_.processes(); }
@@ -283,7 +294,25 @@ class BasicStrategy {
                                                "; gather concatenates columns of equal height"));
   }
 
+  // StrategyOptions::intra_op_threads, resolved: automatic only where every replica of the
+  // job is a thread of this process on the CPU (another process's threads are not counted).
+  static int intra_op_threads_for(StrategyOptions const& options) {
+    if (options.intra_op_threads < 0)
+      throw ConfigError(strata::detail::message("StrategyOptions: intra_op_threads ", options.intra_op_threads,
+                                                " must be >= 0 (0: automatic, 1: none)"));
+    if (!std::is_same_v<typename Config::device, policy::Cpu>) return 1;
+    if (options.intra_op_threads > 0) return options.intra_op_threads;
+    constexpr auto kind = Config::strategy::kind;
+    bool const in_process = kind == policy::StrategyKind::one_device || kind == policy::StrategyKind::mirrored ||
+                            kind == policy::StrategyKind::central_storage;
+    return in_process ? std::max(1, available_cores() / num_replicas) : 1;
+  }
+
   StrategyOptions options_;
+  int intra_op_threads_;
+  // Declared before the replica threads' group, so they outlive it.
+  std::vector<std::unique_ptr<comm::ThreadGroup>> intra_op_groups_;
+  std::vector<IntraOpTeam> intra_op_teams_;
   comm::ThreadGroup group_;
   processes_type processes_;
   std::vector<communicator_type> communicators_;

@@ -15,6 +15,14 @@ struct StrategyOptions {
   // Set it above the longest time one replica may spend between two collectives (a step, a
   // validation pass, a checkpoint write): too short turns a slow worker into an error.
   std::chrono::milliseconds timeout = comm::default_timeout;
+  // Threads each replica's large CPU operations (its GEMMs) split over, the replica's own
+  // included: TensorFlow's and PyTorch's intra-op threads. 0: automatic — the available
+  // cores divided by the replicas for OneDevice, Mirrored<N> and CentralStorage<N> on the CPU
+  // (so OneDevice uses every core), 1 for a job of several processes. 1: none, each replica
+  // computes on its own thread alone. A split product adds its terms in another order than
+  // an unsplit one: results are the same run to run for one setting, and within rounding
+  // of those of another.
+  int intra_op_threads = 0;
 };
 
 }  // namespace strata::strategy

@@ -10,6 +10,10 @@
 // ratio per tensor). Then each replica reduces its slice into a shared buffer with its share
 // of the squared norm, and the sync adds the shares in replica order, so all take the same
 // decision.
+//
+// On the CPU a replica with intra-op threads (core/intra_op.hpp: OneDevice on a many-core
+// machine) splits its slice's chunks over them: the element-wise work gives the same bits
+// however it is split; the squared norm adds one partial sum per thread in thread order.
 
 #include <algorithm>
 #include <array>
@@ -20,6 +24,7 @@
 
 #include "strata/comm/thread_communicator.hpp"
 #include "strata/core/aligned_buffer.hpp"
+#include "strata/core/intra_op.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/optim/optimizer.hpp"
 #include "strata/policy/device.hpp"
@@ -88,9 +93,12 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     std::size_t const arena = weights.size();
     for (int r = 0; r < Replicas; ++r) {
       pieces_[std::size_t(r)] = plan_pieces(tensors, sync.slice(r), optimizer_);
-      for (Piece const& piece : pieces_[std::size_t(r)])
+      for (std::size_t p = 0; p < pieces_[std::size_t(r)].size(); ++p) {
+        Piece const& piece = pieces_[std::size_t(r)][p];
         slice_floats_[std::size_t(r)] += std::int64_t(piece.end - piece.begin);
-      scratch_[std::size_t(r)] = AlignedBuffer(chunk_floats);
+        for (std::size_t begin = piece.begin; begin < piece.end; begin += chunk_floats)
+          chunks_[std::size_t(r)].push_back({begin, std::min(chunk_floats, piece.end - begin), p});
+      }
       if constexpr (layerwise) tensor_shares_[std::size_t(r)].resize(tensors.size());
     }
     if (whole_gradient_first_) reduced_ = AlignedBuffer(arena);
@@ -124,20 +132,22 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
     auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
     if (!whole_gradient_first_) {  // fused: reduce a chunk, update it while it is in cache
-      float* reduced = scratch_[std::size_t(r)].data();
-      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+      for_each_chunk_split(r, [&](int, std::size_t begin, std::size_t count, Piece const& piece) {
+        alignas(64) float reduced[chunk_floats];
         sync.reduce(r, begin, count, scale, reduced);
         optimizer_.update(slice_of(begin, count), std::span<float const>(reduced, count), state_, begin, info(piece));
       });
       return reduced_floats;
     }
-    double squares = 0.0;
-    for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const&) {
+    std::array<double, max_parts> squares{};
+    for_each_chunk_split(r, [&](int part, std::size_t begin, std::size_t count, Piece const&) {
       float* out = reduced_.data() + begin;
       sync.reduce(r, begin, count, scale, out);
-      squares += sum_of_squares(out, count);
+      squares[std::size_t(part)] += sum_of_squares(out, count);
     });
-    auto const decision = decide(sync.sum(r, squares));
+    double squared_norm = 0.0;
+    for (double const s : squares) squared_norm += s;  // part order: one answer for one split
+    auto const decision = decide(sync.sum(r, squared_norm));
     if (!decision.apply) return reduced_floats;  // skipped on every replica alike
     float const factor = decision.factor;
     auto gradient = [&](std::size_t begin, std::size_t count) {
@@ -160,20 +170,41 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
                          Opt::trust_ratio(tensor));
       }
     } else {
-      for_each_chunk(r, [&](std::size_t begin, std::size_t count, Piece const& piece) {
+      for_each_chunk_split(r, [&](int, std::size_t begin, std::size_t count, Piece const& piece) {
         optimizer_.update(slice_of(begin, count), gradient(begin, count), state_, begin, info(piece));
       });
     }
     return reduced_floats;
   }
 
-  // Calls f(begin, count, piece) for each chunk of replica r's pieces.
+  // Calls f(begin, count, piece) for each chunk of replica r's pieces, in order.
   template <class F>
   void for_each_chunk(int r, F&& f) {
-    for (Piece const& piece : pieces_[std::size_t(r)])
-      for (std::size_t begin = piece.begin; begin < piece.end; begin += chunk_floats)
-        f(begin, std::min(chunk_floats, piece.end - begin), piece);
+    for (Chunk const& c : chunks_[std::size_t(r)]) f(c.begin, c.count, pieces_[std::size_t(r)][c.piece]);
   }
+  // The same, with the chunks split in order into one run per intra-op thread of the replica
+  // (one run without any): f(part, begin, count, piece). Small slices are not split.
+  template <class F>
+  void for_each_chunk_split(int r, F&& f) {
+    auto const& chunks = chunks_[std::size_t(r)];
+    IntraOpTeam const* team = intra_op_team();
+    int const threads = team ? std::min(team->threads, max_parts) : 1;
+    int const parts = std::max(1, std::min<int>(threads, int(chunks.size() / min_chunks_per_part)));
+    run_intra_op(parts, [&](int part) {
+      auto const [first, count] = split_columns(int(chunks.size()), parts, part);
+      for (int i = first; i < first + count; ++i) {
+        Chunk const& c = chunks[std::size_t(i)];
+        f(part, c.begin, c.count, pieces_[std::size_t(r)][c.piece]);
+      }
+    });
+  }
+
+  struct Chunk {
+    std::size_t begin = 0, count = 0;
+    std::size_t piece = 0;  // its index in pieces_[r]
+  };
+  static constexpr int max_parts = 64;
+  static constexpr std::size_t min_chunks_per_part = 16;  // 128 KiB of weights: worth a hand-off
 
   Opt optimizer_;
   typename Opt::State state_;
@@ -183,7 +214,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   bool whole_gradient_first_;
   std::array<std::vector<Piece>, Replicas> pieces_;
   std::array<std::int64_t, Replicas> slice_floats_{};  // gradient floats of each replica's pieces
-  std::array<AlignedBuffer, Replicas> scratch_;
+  std::array<std::vector<Chunk>, Replicas> chunks_;  // each replica's pieces in chunks, in arena order
   AlignedBuffer reduced_;  // the reduced gradient, when reduced before updating
   std::array<std::vector<optim::NormShares>, Replicas> tensor_shares_;  // Lamb: per tensor, per replica
 };

@@ -1,0 +1,86 @@
+#pragma once
+// Intra-op threads: a team of threads that one replica's large operations split over (the
+// intra-op pool of TensorFlow and PyTorch). A strategy gives each replica thread a team when
+// the replicas leave cores idle (OneDevice on a many-core CPU), and binds it to that thread
+// while the replica runs a task; CpuBackend::gemm then splits the output columns of a product
+// large enough to pay for the hand-off over the team. Without a bound team, or with a team
+// of one, every operation runs on the calling thread exactly as before.
+//
+// The team is type-erased here (comm::ThreadGroup provides it) so that core/ depends on
+// nothing above it. One indirect call per split operation; the parts are fully typed.
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace strata {
+
+// The cores this process may run on (its CPU affinity: a container's or taskset's limit),
+// at least 1.
+inline int available_cores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+struct IntraOpTeam {
+  int threads = 1;  // the calling thread included
+  void* owner = nullptr;
+  // Calls invoke(task, p) for every p in [0, parts), p = 0 on the calling thread; returns
+  // when all are done.
+  void (*run)(void* owner, int parts, void* task, void (*invoke)(void*, int)) = nullptr;
+};
+
+namespace detail {
+inline thread_local IntraOpTeam const* bound_intra_op_team = nullptr;
+}  // namespace detail
+
+// The team bound to this thread, or nullptr.
+[[nodiscard]] inline IntraOpTeam const* intra_op_team() { return detail::bound_intra_op_team; }
+
+// Binds `team` (may be nullptr) to the calling thread for the scope's duration.
+class IntraOpBinding {
+ public:
+  explicit IntraOpBinding(IntraOpTeam const* team)
+      : previous_(std::exchange(detail::bound_intra_op_team, team)) {}
+  IntraOpBinding(IntraOpBinding const&) = delete;
+  IntraOpBinding& operator=(IntraOpBinding const&) = delete;
+  ~IntraOpBinding() { detail::bound_intra_op_team = previous_; }
+
+ private:
+  IntraOpTeam const* previous_;
+};
+
+// Calls part(p) for every p in [0, parts) on the bound team (thread t takes t, t + threads,
+// ...; p = 0 on this thread), or all on this thread when none is bound.
+template <class Part>
+void run_intra_op(int parts, Part&& part) {
+  IntraOpTeam const* team = intra_op_team();
+  if (!team || team->threads < 2 || parts < 2) {
+    for (int p = 0; p < parts; ++p) part(p);
+    return;
+  }
+  int const threads = std::min(parts, team->threads);
+  auto strided = [&](int t) {
+    for (int p = t; p < parts; p += threads) part(p);
+  };
+  team->run(team->owner, threads, &strided, [](void* f, int t) { (*static_cast<decltype(strided)*>(f))(t); });
+}
+
+// The first column and the count of part p when `columns` are split into `parts` in order.
+struct ColumnRange {
+  int first = 0, count = 0;
+};
+inline ColumnRange split_columns(int columns, int parts, int p) {
+  int const base = columns / parts, extra = columns % parts;
+  return {p * base + std::min(p, extra), base + (p < extra ? 1 : 0)};
+}
+
+}  // namespace strata
