@@ -96,13 +96,10 @@ struct CpuBackend {
   }
 
   // How many parts a product of (rows x inner) by (inner x cols) is split into on this
-  // thread's intra-op team: 1 without one. A function of the shape and the team's size only,
-  // so a run's arithmetic is the same every time.
+  // thread's intra-op team: 1 without one, or below min_split_macs.
   static int split_parts(int rows, int cols, int inner) {
-    IntraOpTeam const* team = intra_op_team();
-    if (!team || team->threads < 2) return 1;
     if (double(rows) * double(cols) * double(inner) < min_split_macs) return 1;
-    return std::max(1, std::min(team->threads, cols / min_split_columns));
+    return intra_op_parts(cols, min_split_columns);
   }
 
   static void add_bias(MatrixView y, float const* bias) {

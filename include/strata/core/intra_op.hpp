@@ -58,6 +58,15 @@ class IntraOpBinding {
   IntraOpTeam const* previous_;
 };
 
+// How many parts `units` of work split into on the bound team, each of at least `min_units`
+// units: 1 without a team. A function of the work and the team's size only, so a run's
+// arithmetic is the same every time.
+inline int intra_op_parts(int units, int min_units) {
+  IntraOpTeam const* team = intra_op_team();
+  if (!team || team->threads < 2) return 1;
+  return std::max(1, std::min(team->threads, units / min_units));
+}
+
 // Calls part(p) for every p in [0, parts) on the bound team (thread t takes t, t + threads,
 // ...; p = 0 on this thread), or all on this thread when none is bound.
 template <class Part>

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <span>
 #include <string>
-#include <string>
 #include <string_view>
 
 #include <zmq.hpp>

@@ -187,9 +187,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   template <class F>
   void for_each_chunk_split(int r, F&& f) {
     auto const& chunks = chunks_[std::size_t(r)];
-    IntraOpTeam const* team = intra_op_team();
-    int const threads = team ? std::min(team->threads, max_parts) : 1;
-    int const parts = std::max(1, std::min<int>(threads, int(chunks.size() / min_chunks_per_part)));
+    int const parts = std::min(max_parts, intra_op_parts(int(chunks.size()), min_chunks_per_part));
     run_intra_op(parts, [&](int part) {
       auto const [first, count] = split_columns(int(chunks.size()), parts, part);
       for (int i = first; i < first + count; ++i) {
@@ -204,7 +202,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     std::size_t piece = 0;  // its index in pieces_[r]
   };
   static constexpr int max_parts = 64;
-  static constexpr std::size_t min_chunks_per_part = 16;  // 128 KiB of weights: worth a hand-off
+  static constexpr int min_chunks_per_part = 16;  // 128 KiB of weights: worth a hand-off
 
   Opt optimizer_;
   typename Opt::State state_;
