@@ -5,8 +5,9 @@
 //   Trainer/OneDevice/intra_op_1   the same on the replica's thread alone (intra_op_threads = 1)
 //   HandWritten/Eigen   the same arithmetic written by hand with Eigen (the zero-overhead yardstick)
 //   Trainer/Mirrored2   strata's step on two replica threads
+//   .../MixedPrecision  the same under MixedPrecision (bf16 products with oneDNN on AVX512_BF16)
 //   GemmOnly/threads/N  only the GEMMs of one replica's step at batch 256/N, on N threads at once:
-//                       the machine's GEMM rate for exactly this step's shapes
+//                       the machine's GEMM rate for exactly this step's shapes (GemmOnly/bf16: in bf16)
 // Run: build/benchmarks/step_benchmark --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
@@ -37,6 +38,12 @@ void trainer_step(benchmark::State& state) {
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>)->Name("Trainer/OneDevice")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>, 1)->Name("Trainer/OneDevice/intra_op_1")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2")->UseRealTime();
+BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice, strata::MixedPrecision>)
+    ->Name("Trainer/OneDevice/MixedPrecision")
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision>)
+    ->Name("Trainer/Mirrored2/MixedPrecision")
+    ->UseRealTime();
 
 void hand_written_step(benchmark::State& state) {
   HandWritten net;
@@ -48,6 +55,7 @@ void hand_written_step(benchmark::State& state) {
 BENCHMARK(hand_written_step)->Name("HandWritten/Eigen")->UseRealTime();
 
 // Only the eight GEMMs of a replica's step (3 forward, 3 weight gradients, 2 input gradients),
+// through the CPU backend's engine (Eigen, OpenBLAS or oneDNN, as the program links),
 // at the replica's share of the batch, on N threads at once (plain std::threads kept alive
 // in a strata ThreadGroup, whose dispatch costs microseconds against GEMMs of milliseconds).
 // As in Mirrored<N>, the threads read one copy of the weights and write their own gradients.
@@ -62,16 +70,23 @@ void gemm_only(benchmark::State& state) {
   };
   std::vector<Replica> replicas;
   for (int t = 0; t < threads; ++t) replicas.emplace_back(per_replica);
+  bool const bf16 = state.range(1) != 0;
+  auto gemm = [](M const& a, strata::Transpose ta, M const& b, strata::Transpose tb, M& c) {
+    strata::CpuBackend::gemm(ta, tb, 1.0f, strata::view(a), strata::view(b), 0.0f, strata::view(c));
+  };
+  constexpr auto no = strata::Transpose::no;
+  constexpr auto yes = strata::Transpose::yes;
   auto task = [&](int rank) {
+    strata::Bf16ProductsBinding const products(bf16);
     Replica& r = replicas[std::size_t(rank)];
-    r.h1.noalias() = w1 * r.x;
-    r.h2.noalias() = w2 * r.h1;
-    r.z.noalias() = w3 * r.h2;
-    r.g3.noalias() = r.z * r.h2.transpose();
-    r.d2.noalias() = w3.transpose() * r.z;
-    r.g2.noalias() = r.d2 * r.h1.transpose();
-    r.d1.noalias() = w2.transpose() * r.d2;
-    r.g1.noalias() = r.d1 * r.x.transpose();
+    gemm(w1, no, r.x, no, r.h1);
+    gemm(w2, no, r.h1, no, r.h2);
+    gemm(w3, no, r.h2, no, r.z);
+    gemm(r.z, no, r.h2, yes, r.g3);
+    gemm(w3, yes, r.z, no, r.d2);
+    gemm(r.d2, no, r.h1, yes, r.g2);
+    gemm(w2, yes, r.d2, no, r.d1);
+    gemm(r.d1, no, r.x, yes, r.g1);
   };
   strata::comm::ThreadGroup group(threads);
   for (auto _ : state) {
@@ -80,7 +95,10 @@ void gemm_only(benchmark::State& state) {
   }
   report(state, per_replica * threads);
 }
-BENCHMARK(gemm_only)->Name("GemmOnly/threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(gemm_only)->Name("GemmOnly/threads")->Args({1, 0})->Args({2, 0})->UseRealTime();
+// The same with bf16 inputs and float sums, where the engine has them (oneDNN on AVX512_BF16;
+// elsewhere these are the float products again).
+BENCHMARK(gemm_only)->Name("GemmOnly/bf16/threads")->Args({1, 1})->Args({2, 1})->UseRealTime();
 
 }  // namespace
 

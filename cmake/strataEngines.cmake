@@ -1,6 +1,7 @@
 # The optional engines as interface targets: strata::mpi (Open MPI), strata::nccl (CUDA
 # runtime + NCCL), strata::cuda (the Cuda device backend: CUDA runtime, cuBLAS, NVRTC),
-# strata::blas (Eigen's products through OpenBLAS), strata::text (utf8proc, for the BERT
+# strata::blas (Eigen's products through OpenBLAS), strata::dnnl (the products through
+# oneDNN), strata::text (utf8proc, for the BERT
 # tokenizer), strata::ps (ZeroMQ, for ParameterServer's messages) and strata::tensorboard
 # (Protocol Buffers, for TensorBoard event files).
 # strata's own build and the installed package config both include this file, so the two
@@ -57,6 +58,21 @@ if(NOT TARGET strata::blas)
     add_library(strata::blas INTERFACE IMPORTED)
     set_target_properties(strata::blas PROPERTIES INTERFACE_COMPILE_DEFINITIONS "EIGEN_USE_BLAS;STRATA_OPENBLAS")
     target_link_libraries(strata::blas INTERFACE strata::strata ${STRATA_OPENBLAS_LIBRARY})
+  endif()
+endif()
+# oneDNN (Debian's libdnnl-dev) as the engine of the CPU backend's products: float, and bf16
+# inputs with float sums under MixedPrecision on CPUs with bf16 dot products
+# (include/strata/core/dnnl.hpp). Debian builds it on OpenMP; strata sets each calling
+# thread's OpenMP team to one thread, so it links libgomp itself.
+if(NOT TARGET strata::dnnl)
+  find_path(STRATA_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
+  find_library(STRATA_DNNL_LIBRARY dnnl)
+  find_library(STRATA_GOMP_LIBRARY NAMES gomp libgomp.so.1)
+  if(STRATA_DNNL_INCLUDE_DIR AND STRATA_DNNL_LIBRARY AND STRATA_GOMP_LIBRARY)
+    add_library(strata::dnnl INTERFACE IMPORTED)
+    set_target_properties(strata::dnnl PROPERTIES INTERFACE_COMPILE_DEFINITIONS STRATA_DNNL)
+    target_include_directories(strata::dnnl SYSTEM INTERFACE ${STRATA_DNNL_INCLUDE_DIR})
+    target_link_libraries(strata::dnnl INTERFACE strata::strata ${STRATA_DNNL_LIBRARY} ${STRATA_GOMP_LIBRARY})
   endif()
 endif()
 # utf8proc (Debian's libutf8proc-dev): the Unicode tables behind strata/data/unicode.hpp and

@@ -24,7 +24,8 @@ int train_and_evaluate(int epochs, int batch_size) {
   strata::Trainer<strata::Mirrored<2>, Precision> trainer;
   std::cout << "Fashion-MNIST: " << train.size() << " training and " << test.size() << " test images; "
             << Model::name() << " (" << Model::parameter_count << " parameters) on "
-            << trainer.num_replicas_in_sync() << " replicas, " << Precision::name() << "\n";
+            << trainer.num_replicas_in_sync() << " replicas, " << Precision::name()
+            << "; GEMM: " << strata::cpu_gemm_engine() << "\n";
 
   auto const history = trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
                                    {.epochs = epochs, .batch_size = batch_size, .validation = test, .seed = 7},

@@ -31,7 +31,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = ROOT / "build" / "benchmarks"
 OPENBLAS = (BUILD / "strata_anchor_openblas").exists()  # built where strata::blas is
-REFERENCE = "strata_mirrored2_openblas" if OPENBLAS else "strata_mirrored2"
+DNNL = (BUILD / "strata_anchor_dnnl").exists()  # built where strata::dnnl is
+REFERENCE = "strata_mirrored2_dnnl" if DNNL else "strata_mirrored2_openblas" if OPENBLAS else "strata_mirrored2"
 
 
 def free_port():
@@ -97,6 +98,7 @@ def systems(args):
         "keras_default": single([py, "keras_anchor.py", "--strategy", "default"]),
         "keras_mirrored": single([py, "keras_anchor.py", "--strategy", "mirrored"]),
         "torch": single([py, "torch_anchor.py"]),
+        "torch_autocast": single([py, "torch_anchor.py", "--autocast"]),
         "torch_ddp2": ddp(py, 2),
     }
     if (BUILD / "strata_anchor_mpi").exists():
@@ -107,6 +109,10 @@ def systems(args):
         binary = str(BUILD / "strata_anchor_openblas")
         table["strata_mirrored2_openblas"] = single([binary, "--strategy", "mirrored2"])
         table["strata_one_device_openblas"] = single([binary, "--strategy", "one_device"])
+    if DNNL:
+        binary = str(BUILD / "strata_anchor_dnnl")
+        for strategy in ("mirrored2", "one_device", "mirrored2_mixed", "one_device_mixed"):
+            table[f"strata_{strategy}_dnnl"] = single([binary, "--strategy", strategy])
     debian = "/usr/bin/python3"
     if args.debian_torch and subprocess.run([debian, "-c", "import torch"], capture_output=True).returncode == 0:
         label = "PyTorch, Debian python3-torch (reference BLAS), one process"
@@ -120,18 +126,26 @@ def systems(args):
 
 def gemm_rates(python, repetitions):
     """GFLOP/s of the step's eight GEMMs (batch 256; 128 per thread on two), per engine:
-    Eigen and OpenBLAS from benchmarks/step_benchmark[_openblas] GemmOnly/threads/N, two
-    threads each running one replica's GEMMs; MKL from torch, one GEMM on two threads."""
+    Eigen, OpenBLAS and oneDNN from benchmarks/step_benchmark[_openblas|_dnnl]
+    GemmOnly/threads/N, two threads each running one replica's GEMMs (oneDNN also in bf16:
+    GemmOnly/bf16/threads/N, "oneDNN bf16/N"); MKL from torch, one GEMM on two threads."""
     rates = {}
-    for engine, binary in (("Eigen", "step_benchmark"), ("OpenBLAS", "step_benchmark_openblas")):
+    for engine, binary in (("Eigen", "step_benchmark"), ("OpenBLAS", "step_benchmark_openblas"),
+                           ("oneDNN", "step_benchmark_dnnl")):
         if not (BUILD / binary).exists():
             continue
         out = subprocess.run([str(BUILD / binary), "--benchmark_filter=GemmOnly",
                               f"--benchmark_repetitions={repetitions}", "--benchmark_format=json"],
                              capture_output=True, text=True, check=True).stdout
         for b in json.loads(out)["benchmarks"]:
-            if b.get("run_type") == "iteration":
-                rates.setdefault(f"{engine}/{b['name'].split('/')[2]}", []).append(b["GFLOP_per_second"])
+            if b.get("run_type") != "iteration":
+                continue
+            parts = b["name"].split("/")  # GemmOnly[/bf16]/threads/N/bf16?/real_time
+            if parts[1] == "bf16":
+                if engine == "oneDNN":  # elsewhere the bf16 variant multiplies floats: no new figure
+                    rates.setdefault(f"{engine} bf16/{parts[3]}", []).append(b["GFLOP_per_second"])
+            else:
+                rates.setdefault(f"{engine}/{parts[2]}", []).append(b["GFLOP_per_second"])
     out = subprocess.run([python, "torch_gemm.py", "--repetitions", str(repetitions)], capture_output=True, text=True,
                          cwd=HERE)
     if out.returncode == 0:
@@ -182,8 +196,9 @@ def main():
                   f"{result['test_accuracy']:.4f}, epochs {[round(s, 2) for s in result['epoch_seconds']]} s",
                   file=sys.stderr, flush=True)
 
-    # The machine's two-thread GEMM rate: the fastest engine measured on two threads.
-    two_thread = {e: statistics.median(v) for e, v in gemm.items() if e.endswith("/2")}
+    # The machine's two-thread GEMM rate: the fastest engine measured on two threads, in fp32
+    # (the share column is of that bound; bf16 rows may exceed 100%).
+    two_thread = {e: statistics.median(v) for e, v in gemm.items() if e.endswith("/2") and "bf16" not in e}
     best_engine = max(two_thread, key=two_thread.get)
     gemm2 = two_thread[best_engine]
     rows = []

@@ -2,12 +2,13 @@
 // 784-1024-1024-10 trained with Trainer::fit on Fashion-MNIST, SGD with momentum, global
 // batch 256, exactly `steps` steps per epoch (no partial batch), no validation inside the
 // timed epochs. Prints one JSON line, the same fields the Keras and PyTorch anchors print.
-// Built twice: strata_anchor (Eigen's GEMM) and strata_anchor_openblas (linked to strata::blas);
+// Built three times: strata_anchor (Eigen's GEMM), strata_anchor_openblas (linked to strata::blas)
+// and strata_anchor_dnnl (linked to strata::dnnl: bf16 products under MixedPrecision on AVX512_BF16);
 // and twice more with MPI (strata_anchor_mpi[_openblas]), which add MultiWorkerMirrored<1>:
 // every process of the job prints its line, with its rank; and once with ZeroMQ
 // (strata_anchor_ps_openblas), which adds Trainer<ParameterServer<2, S>> in one process.
 //
-//   strata_anchor --strategy one_device|mirrored2 [--epochs 3] [--steps 234]
+//   strata_anchor --strategy one_device|mirrored2|one_device_mixed|mirrored2_mixed [--epochs 3] [--steps 234]
 //   mpirun -np 2 strata_anchor_mpi --strategy multi_worker1 [--epochs 3] [--steps 234]
 //   strata_anchor_ps_openblas --strategy ps2x1|ps2x2 [--staleness 2] [--epochs 3] [--steps 234]
 
@@ -35,7 +36,9 @@ constexpr int max_steps = 60000 / batch_size;  // full global batches in the tra
 // `options`: the trainer's constructor arguments.
 template <class Trainer, class... Options>
 void run(std::string system, int epochs, int steps, Options const&... options) {
-#if defined(STRATA_OPENBLAS)
+#if defined(STRATA_DNNL)
+  system += " + oneDNN";
+#elif defined(STRATA_OPENBLAS)
   system += " + OpenBLAS";
 #else
   system += " (Eigen GEMM)";
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
     else if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::cerr << "unknown flag " << flag << "; use --strategy one_device|mirrored2 --epochs N --steps S\n";
+      std::cerr << "unknown flag " << flag
+                << "; use --strategy one_device|mirrored2|one_device_mixed|mirrored2_mixed --epochs N --steps S\n";
       return 2;
     }
   }
@@ -89,6 +93,11 @@ int main(int argc, char** argv) {
   try {
     if (strategy == "one_device") run<strata::Trainer<strata::OneDevice>>("strata OneDevice", epochs, steps);
     else if (strategy == "mirrored2") run<strata::Trainer<strata::Mirrored<2>>>("strata Mirrored<2>", epochs, steps);
+    else if (strategy == "one_device_mixed")
+      run<strata::Trainer<strata::OneDevice, strata::MixedPrecision>>("strata OneDevice, MixedPrecision", epochs, steps);
+    else if (strategy == "mirrored2_mixed")
+      run<strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision>>("strata Mirrored<2>, MixedPrecision", epochs,
+                                                                         steps);
 #if defined(STRATA_ANCHOR_MPI)
     else if (strategy == "multi_worker1")
       run<strata::Trainer<strata::MultiWorkerMirrored<1>>>("strata MultiWorkerMirrored<1>, 2 processes", epochs, steps);
@@ -104,7 +113,8 @@ int main(int argc, char** argv) {
           strata::ps::TrainerOptions{.staleness = staleness});
 #endif
     else {
-      std::cerr << "--strategy " << strategy << " is not one of one_device, mirrored2\n";
+      std::cerr << "--strategy " << strategy
+                << " is not one of one_device, mirrored2, one_device_mixed, mirrored2_mixed\n";
       return 2;
     }
   } catch (strata::Error const& error) {

@@ -14,12 +14,21 @@
 #include "strata/core/eigen.hpp"
 
 #include "strata/core/blas.hpp"
+#if defined(STRATA_DNNL)
+#include "strata/core/dnnl.hpp"
+#endif
 #include "strata/core/error.hpp"
 #include "strata/core/intra_op.hpp"
+#include "strata/core/product_precision.hpp"
 #include "strata/core/random.hpp"
 #include "strata/core/tensor.hpp"
 
 namespace strata {
+
+#if !defined(STRATA_DNNL)
+// Without oneDNN, every product multiplies floats (core/dnnl.hpp says when they are bf16).
+inline bool bf16_products_available() { return false; }
+#endif
 
 enum class Transpose { no, yes };
 
@@ -65,34 +74,12 @@ struct CpuBackend {
       if (beta == 0.0f) C.setZero(); else C *= beta;
       return;
     }
-    // beta == 0 takes Eigen's plain product assignment, exactly what hand-written Eigen code runs.
-    auto product = [&](auto&& out, auto const& A, auto const& B) {
-      if (beta == 0.0f) {
-        out.noalias() = alpha * A * B;
-      } else {
-        if (beta != 1.0f) out *= beta;
-        out.noalias() += alpha * A * B;
-      }
-    };
-    auto A = detail::eigen(a);
-    auto B = detail::eigen(b);
     int const parts = split_parts(c.rows, c.cols, inner);
-    if (parts <= 1) {
-      if (op_a == Transpose::no && op_b == Transpose::no) product(C, A, B);
-      else if (op_a == Transpose::no) product(C, A, B.transpose());
-      else if (op_b == Transpose::no) product(C, A.transpose(), B);
-      else product(C, A.transpose(), B.transpose());
-      return;
-    }
-    // Each part computes its own output columns: columns of op(b), whatever the transposes.
-    run_intra_op(parts, [&](int p) {
-      auto const [first, count] = split_columns(c.cols, parts, p);
-      auto out = C.middleCols(first, count);
-      if (op_a == Transpose::no && op_b == Transpose::no) product(out, A, B.middleCols(first, count));
-      else if (op_a == Transpose::no) product(out, A, B.middleRows(first, count).transpose());
-      else if (op_b == Transpose::no) product(out, A.transpose(), B.middleCols(first, count));
-      else product(out, A.transpose(), B.middleRows(first, count).transpose());
-    });
+#if defined(STRATA_DNNL)
+    dnnl_gemm(op_a == Transpose::yes, op_b == Transpose::yes, alpha, a, b, beta, c, parts);
+#else
+    eigen_gemm(op_a, op_b, alpha, a, b, beta, c, parts);
+#endif
   }
 
   // How many parts a product of (rows x inner) by (inner x cols) is split into on this
@@ -114,6 +101,62 @@ struct CpuBackend {
 
   static void copy(ConstMatrixView x, MatrixView y) { detail::eigen(y) = detail::eigen(x); }
 
+ private:
+  // Each part of a split product computes its own output columns: columns of op(b), whatever the transposes.
+  static void eigen_gemm(Transpose op_a, Transpose op_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
+                         MatrixView c, int parts) {
+    auto C = detail::eigen(c);
+    // beta == 0 takes Eigen's plain product assignment, exactly what hand-written Eigen code runs.
+    auto product = [&](auto&& out, auto const& A, auto const& B) {
+      if (beta == 0.0f) {
+        out.noalias() = alpha * A * B;
+      } else {
+        if (beta != 1.0f) out *= beta;
+        out.noalias() += alpha * A * B;
+      }
+    };
+    auto A = detail::eigen(a);
+    auto B = detail::eigen(b);
+    if (parts <= 1) {
+      if (op_a == Transpose::no && op_b == Transpose::no) product(C, A, B);
+      else if (op_a == Transpose::no) product(C, A, B.transpose());
+      else if (op_b == Transpose::no) product(C, A.transpose(), B);
+      else product(C, A.transpose(), B.transpose());
+      return;
+    }
+    run_intra_op(parts, [&](int p) {
+      auto const [first, count] = split_columns(c.cols, parts, p);
+      auto out = C.middleCols(first, count);
+      if (op_a == Transpose::no && op_b == Transpose::no) product(out, A, B.middleCols(first, count));
+      else if (op_a == Transpose::no) product(out, A, B.middleRows(first, count).transpose());
+      else if (op_b == Transpose::no) product(out, A.transpose(), B.middleCols(first, count));
+      else product(out, A.transpose(), B.middleRows(first, count).transpose());
+    });
+  }
+
+#if defined(STRATA_DNNL)
+  // oneDNN: bf16 inputs with float sums where a mixed-precision pass bound them and the CPU
+  // has bf16 dot products, else float (core/dnnl.hpp).
+  static void dnnl_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
+                        MatrixView c, int parts) {
+    int const inner = trans_a ? a.rows : a.cols;
+    if (bf16_products_bound && bf16_products_available()) {
+      detail::dnnl_on_calling_thread();
+      auto const inputs = detail::DnnlBf16Products::of_this_thread().round_inputs(a, b);
+      run_intra_op(parts, [&](int p) {
+        auto const [first, count] = split_columns(c.cols, parts, p);
+        detail::dnnl_on_calling_thread();
+        detail::DnnlBf16Products::of_this_thread().gemm(trans_a, trans_b, alpha, inputs, inner, beta, c, first, count);
+      });
+      return;
+    }
+    run_intra_op(parts, [&](int p) {
+      auto const [first, count] = split_columns(c.cols, parts, p);
+      detail::dnnl_on_calling_thread();
+      detail::dnnl_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
+    });
+  }
+#endif
 };
 
 #include "strata/core/detail/gcc_avx512_warnings_on.hpp"

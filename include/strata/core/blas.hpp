@@ -1,7 +1,8 @@
 #pragma once
-// Which GEMM the CPU backend runs: Eigen's own kernels, or OpenBLAS behind Eigen's products
-// when the program links the strata::blas target (it defines EIGEN_USE_BLAS and
-// STRATA_OPENBLAS for every translation unit, which Eigen requires).
+// Which GEMM the CPU backend runs: Eigen's own kernels, OpenBLAS behind Eigen's products
+// when the program links the strata::blas target, or oneDNN when it links strata::dnnl
+// (core/dnnl.hpp). strata::blas defines EIGEN_USE_BLAS and STRATA_OPENBLAS for every
+// translation unit, which Eigen requires.
 //
 // Replicas are strata's threads, so each GEMM runs on the thread that calls it: OpenBLAS's
 // own thread pool would oversubscribe the cores. strata therefore sets OpenBLAS to one
@@ -28,6 +29,11 @@ namespace detail {
 inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), true);
 }  // namespace detail
 
+#endif
+
+#if defined(STRATA_DNNL)
+// oneDNN runs the products: core/dnnl.hpp defines cpu_gemm_engine().
+#elif defined(STRATA_OPENBLAS)
 // "OpenBLAS 0.3.21, Zen kernels": the version and the kernels picked for this CPU.
 inline std::string cpu_gemm_engine() {
   std::string const config = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."

@@ -26,6 +26,7 @@
 #include "strata/core/backend.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/product_precision.hpp"
 #include "strata/core/random.hpp"
 #include "strata/core/tensor.hpp"
 #include "strata/nn/chain.hpp"
@@ -319,6 +320,7 @@ class Sequential {
   template <class B, class T>
   void forward_mixed(Workspace<B, T>& ws, float const* params, ConstMatrixView x, ForwardContext const& context) const {
     using W = Workspace<B, T>;
+    Bf16ProductsBinding const bf16_products(std::is_same_v<T, bf16>);  // where the CPU multiplies bf16
     for (int first = 0; first < ws.batch_; first += W::chunk_samples) {
       int const n = std::min(W::chunk_samples, ws.batch_ - first);
       float* in = ws.chunk_in_.data();
@@ -344,6 +346,7 @@ class Sequential {
   template <class B, class T>
   void backward_mixed(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
     using W = Workspace<B, T>;
+    Bf16ProductsBinding const bf16_products(std::is_same_v<T, bf16>);
     int const b = ws.batch_;
     // At least one pass, so that an empty shard still writes its (zero) weight gradients.
     for (int first = 0; first < b || first == 0; first += W::chunk_samples) {

@@ -1,0 +1,271 @@
+#pragma once
+// oneDNN as the CPU backend's GEMM engine, in a program that links the strata::dnnl target
+// (it defines STRATA_DNNL). oneDNN is what PyTorch and TensorFlow call for CPU matrix
+// products. Float products run `dnnl_sgemm`. Where a mixed-precision pass has bound bf16
+// products (core/product_precision.hpp) and the CPU has bf16 dot products (AVX512_BF16,
+// AMX), the inputs are rounded to bf16 and oneDNN's matmul multiplies them with float sums:
+// about twice the float rate (docs/benchmarks.md). Whether the CPU has them is asked once
+// per process.
+//
+// Replicas are strata's threads, so every product runs on the thread that calls it: each
+// calling thread sets its OpenMP team (oneDNN's threads in Debian's build) to one thread the
+// first time it calls.
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/core/dtype.hpp"
+#include "strata/core/error.hpp"
+#include "strata/core/tensor.hpp"
+
+extern "C" void omp_set_num_threads(int);  // libgomp, which the strata::dnnl target links
+
+namespace strata {
+
+namespace detail {
+
+inline void dnnl_check(dnnl_status_t status, char const* call) {
+  if (status != dnnl_success)
+    throw DeviceError(message("oneDNN: ", call, " failed: ", dnnl_status2str(status)));
+}
+
+inline void dnnl_on_calling_thread() {
+  thread_local bool const one_thread = (omp_set_num_threads(1), true);
+  (void)one_thread;
+}
+
+// The CPU's instruction set as oneDNN sees it (DNNL_MAX_CPU_ISA lowers it).
+inline dnnl_cpu_isa_t dnnl_isa() {
+  static dnnl_cpu_isa_t const isa = dnnl_get_effective_cpu_isa();
+  return isa;
+}
+
+inline char const* dnnl_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    default: return "below avx2";
+  }
+}
+
+// The process's one CPU engine.
+class DnnlEngine {
+ public:
+  static dnnl_engine_t get() {
+    static DnnlEngine const engine;
+    return engine.engine_;
+  }
+  DnnlEngine(DnnlEngine const&) = delete;
+  DnnlEngine& operator=(DnnlEngine const&) = delete;
+
+ private:
+  DnnlEngine() { dnnl_check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "dnnl_engine_create"); }
+  ~DnnlEngine() { dnnl_engine_destroy(engine_); }
+  dnnl_engine_t engine_ = nullptr;
+};
+
+// out[i] = bf16(in[i]), 32 at a time with the CPU's own conversion (round to nearest even;
+// like every AVX512_BF16 conversion it reads float subnormals as zero).
+__attribute__((target("avx512f,avx512bf16"))) inline void to_bf16_avx512(bf16* out, float const* in,
+                                                                           std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512bh const packed = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(in + i + 16), _mm512_loadu_ps(in + i));
+    _mm512_storeu_si512(out + i, reinterpret_cast<__m512i const&>(packed));
+  }
+  for (; i < n; ++i) out[i].bits = bf16::from_float(in[i]);
+}
+
+// The bf16 products of one thread: a matmul primitive per product shape (made once, reused
+// every step), and the bf16 copies of the current product's inputs.
+class DnnlBf16Products {
+ public:
+  static DnnlBf16Products& of_this_thread() {
+    thread_local DnnlBf16Products products;
+    return products;
+  }
+
+  // The product's inputs rounded to bf16: the calling thread's copies, made once per product
+  // before its parts run (on this thread or on its intra-op team).
+  struct Inputs {
+    bf16 const* a;
+    int a_rows;
+    bf16 const* b;
+    int b_rows;
+  };
+  Inputs round_inputs(ConstMatrixView a, ConstMatrixView b) {
+    a_.resize(a.size());
+    b_.resize(b.size());
+    to_bf16_avx512(a_.data(), a.data, a.size());
+    to_bf16_avx512(b_.data(), b.data, b.size());
+    return {a_.data(), a.rows, b_.data(), b.rows};
+  }
+
+  // Output columns [first, first + count) of c (column-major, c.rows x n) = alpha * op(a) *
+  // op(b) + beta * c, with k the inner dimension; on this thread's primitives.
+  void gemm(bool trans_a, bool trans_b, float alpha, Inputs in, int k, float beta, MatrixView c, int first,
+            int count) {
+    // Column j of op(b) is column j of b, or row j of b when b is transposed.
+    bf16 const* b_part = in.b + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(in.b_rows));
+    Matmul& matmul = find(Key{c.rows, count, k, in.a_rows, in.b_rows, trans_a, trans_b, alpha, beta});
+    dnnl_check(dnnl_memory_set_data_handle(matmul.weights, const_cast<bf16*>(in.a)), "dnnl_memory_set_data_handle");
+    dnnl_check(dnnl_memory_set_data_handle(matmul.source, const_cast<bf16*>(b_part)), "dnnl_memory_set_data_handle");
+    dnnl_check(dnnl_memory_set_data_handle(matmul.destination, c.data + std::size_t(first) * std::size_t(c.rows)),
+               "dnnl_memory_set_data_handle");
+    dnnl_exec_arg_t const args[] = {
+        {DNNL_ARG_SRC, matmul.source}, {DNNL_ARG_WEIGHTS, matmul.weights}, {DNNL_ARG_DST, matmul.destination}};
+    dnnl_check(dnnl_primitive_execute(matmul.primitive, stream_, 3, args), "dnnl_primitive_execute");
+    dnnl_check(dnnl_stream_wait(stream_), "dnnl_stream_wait");
+  }
+
+  ~DnnlBf16Products() {
+    for (Matmul& m : matmuls_) destroy(m);
+    if (stream_ != nullptr) dnnl_stream_destroy(stream_);
+  }
+  DnnlBf16Products(DnnlBf16Products const&) = delete;
+  DnnlBf16Products& operator=(DnnlBf16Products const&) = delete;
+
+  // At most this many shapes are kept per thread; a new one replaces the least recently used.
+  static constexpr std::size_t max_shapes = 64;
+
+ private:
+  struct Key {
+    int m, n, k, lda, ldb;
+    bool trans_a, trans_b;
+    float alpha, beta;
+    bool operator==(Key const&) const = default;
+  };
+  struct Matmul {
+    Key key;
+    dnnl_primitive_t primitive = nullptr;
+    dnnl_memory_t source = nullptr, weights = nullptr, destination = nullptr;
+    std::uint64_t last_use = 0;
+  };
+
+  DnnlBf16Products() {
+    dnnl_check(dnnl_stream_create(&stream_, DnnlEngine::get(), dnnl_stream_default_flags), "dnnl_stream_create");
+  }
+
+  Matmul& find(Key const& key) {
+    ++clock_;
+    for (Matmul& m : matmuls_)
+      if (m.key == key) {
+        m.last_use = clock_;
+        return m;
+      }
+    if (matmuls_.size() == max_shapes) {
+      auto oldest = std::min_element(matmuls_.begin(), matmuls_.end(),
+                                     [](Matmul const& x, Matmul const& y) { return x.last_use < y.last_use; });
+      destroy(*oldest);
+      matmuls_.erase(oldest);
+    }
+    matmuls_.push_back(make(key));
+    matmuls_.back().last_use = clock_;
+    return matmuls_.back();
+  }
+
+  // The column-major product c = op(a) op(b) is oneDNN's row-major dst = src * weights with
+  // dst = c^T (n x m), src = op(b)^T (n x k) and weights = op(a)^T (k x m): a transpose is a
+  // swap of strides, never a copy.
+  static Matmul make(Key const& key) {
+    dnnl_memory_desc_t source{}, weights{}, destination{};
+    dnnl_dims_t const source_dims{key.n, key.k}, weight_dims{key.k, key.m}, destination_dims{key.n, key.m};
+    dnnl_dims_t const source_strides{key.trans_b ? 1 : key.ldb, key.trans_b ? key.ldb : 1};
+    dnnl_dims_t const weight_strides{key.trans_a ? 1 : key.lda, key.trans_a ? key.lda : 1};
+    dnnl_dims_t const destination_strides{key.m, 1};
+    dnnl_check(dnnl_memory_desc_init_by_strides(&source, 2, source_dims, dnnl_bf16, source_strides), "memory desc");
+    dnnl_check(dnnl_memory_desc_init_by_strides(&weights, 2, weight_dims, dnnl_bf16, weight_strides), "memory desc");
+    dnnl_check(dnnl_memory_desc_init_by_strides(&destination, 2, destination_dims, dnnl_f32, destination_strides),
+               "memory desc");
+    dnnl_matmul_desc_t desc{};
+    dnnl_check(dnnl_matmul_desc_init(&desc, &source, &weights, nullptr, &destination), "dnnl_matmul_desc_init");
+
+    dnnl_primitive_attr_t attr = nullptr;
+    dnnl_post_ops_t post_ops = nullptr;
+    dnnl_primitive_desc_t primitive_desc = nullptr;
+    Matmul made{key};
+    try {
+      dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+      if (key.alpha != 1.0f)
+        dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha), "output scales");
+      if (key.beta != 0.0f) {  // dst = alpha * src * weights + beta * dst
+        dnnl_check(dnnl_post_ops_create(&post_ops), "dnnl_post_ops_create");
+        dnnl_check(dnnl_post_ops_append_sum(post_ops, key.beta), "dnnl_post_ops_append_sum");
+        dnnl_check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "dnnl_primitive_attr_set_post_ops");
+      }
+      dnnl_engine_t const engine = DnnlEngine::get();
+      dnnl_check(dnnl_primitive_desc_create(&primitive_desc, &desc, attr, engine, nullptr), "matmul primitive desc");
+      dnnl_check(dnnl_primitive_create(&made.primitive, primitive_desc), "dnnl_primitive_create");
+      dnnl_check(dnnl_memory_create(&made.source, &source, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
+      dnnl_check(dnnl_memory_create(&made.weights, &weights, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
+      dnnl_check(dnnl_memory_create(&made.destination, &destination, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
+    } catch (...) {
+      destroy(made);
+      release(attr, post_ops, primitive_desc);
+      throw;
+    }
+    release(attr, post_ops, primitive_desc);
+    return made;
+  }
+
+  static void release(dnnl_primitive_attr_t attr, dnnl_post_ops_t post_ops, dnnl_primitive_desc_t primitive_desc) {
+    if (primitive_desc != nullptr) dnnl_primitive_desc_destroy(primitive_desc);
+    if (post_ops != nullptr) dnnl_post_ops_destroy(post_ops);
+    if (attr != nullptr) dnnl_primitive_attr_destroy(attr);
+  }
+  static void destroy(Matmul& m) {
+    for (dnnl_memory_t memory : {m.source, m.weights, m.destination})
+      if (memory != nullptr) dnnl_memory_destroy(memory);
+    if (m.primitive != nullptr) dnnl_primitive_destroy(m.primitive);
+  }
+
+  dnnl_stream_t stream_ = nullptr;
+  std::vector<Matmul> matmuls_;
+  std::uint64_t clock_ = 0;
+  std::vector<bf16> a_, b_;
+};
+
+// Output columns [first, first + count) of c = alpha * op(a) * op(b) + beta * c in float:
+// dnnl_sgemm is row-major, so it computes c^T = op(b)^T op(a)^T.
+inline void dnnl_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
+                            MatrixView c, int first, int count) {
+  int const k = trans_a ? a.rows : a.cols;
+  float const* b_part = b.data + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(b.rows));
+  dnnl_check(dnnl_sgemm(trans_b ? 'T' : 'N', trans_a ? 'T' : 'N', count, c.rows, k, alpha, b_part, b.rows, a.data,
+                        a.rows, beta, c.data + std::size_t(first) * std::size_t(c.rows), c.rows),
+             "dnnl_sgemm");
+}
+
+}  // namespace detail
+
+// Whether this process multiplies bf16 where a mixed-precision pass binds bf16 products:
+// oneDNN sees bf16 dot products on this CPU. Asked once.
+inline bool bf16_products_available() {
+  static bool const available =
+      (detail::dnnl_isa() & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  return available;
+}
+
+// "oneDNN 2.6.3, avx512_core_bf16 (bf16 products under MixedPrecision)": the version, the
+// instruction set it runs and what MixedPrecision multiplies.
+inline std::string cpu_gemm_engine() {
+  dnnl_version_t const* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", " +
+         detail::dnnl_isa_name(detail::dnnl_isa()) +
+         (bf16_products_available() ? " (bf16 products under MixedPrecision)"
+                                    : " (float products under MixedPrecision: no AVX512_BF16)");
+}
+
+}  // namespace strata

@@ -1,0 +1,192 @@
+// strata::dnnl: oneDNN runs the CPU backend's products. Its float products are checked
+// against a naive loop by test_core and its trainers by test_trainer, both also built against
+// it (core.dnnl, trainer.dnnl). Here: the engine's name, bf16 products against exact
+// references with bounds from bf16's 8-bit significand, many threads at once, and
+// MixedPrecision trained on bf16 products against FullPrecision.
+//   test_dnnl         every case but the "bf16:" ones
+//   test_dnnl --bf16  only those; exits 77 (CTest: skipped) where the CPU has no AVX512_BF16
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include <array>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "random_matrix.hpp"
+#include "strata.hpp"
+
+using namespace strata;
+
+namespace {
+
+// bf16's unit roundoff: an 8-bit significand (7 stored bits) rounds to within 2^-8 relative.
+constexpr double bf16_unit = 1.0 / 256.0;
+constexpr double float_unit = 1.0 / 16777216.0;  // 2^-24
+
+Matrix rounded_to_bf16(Matrix m) {
+  round_to<bf16>(m.data(), std::size_t(m.size()));
+  return m;
+}
+
+// alpha * op(a) * op(b) + beta * c in double, and the sum of |terms| of each element.
+struct Exact {
+  std::vector<double> value, magnitude;
+};
+Exact exact_product(Transpose ta, Transpose tb, float alpha, Matrix const& a, Matrix const& b, float beta,
+                    Matrix const& c) {
+  int const m = int(c.rows()), n = int(c.cols()), k = int(ta == Transpose::no ? a.cols() : a.rows());
+  Exact e{std::vector<double>(std::size_t(m) * std::size_t(n)), std::vector<double>(std::size_t(m) * std::size_t(n))};
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double s = 0, magnitude = 0;
+      for (int p = 0; p < k; ++p) {
+        double const t =
+            double(ta == Transpose::no ? a(i, p) : a(p, i)) * double(tb == Transpose::no ? b(p, j) : b(j, p));
+        s += t;
+        magnitude += std::abs(t);
+      }
+      std::size_t const at = std::size_t(j) * std::size_t(m) + std::size_t(i);
+      e.value[at] = double(alpha) * s + double(beta) * double(c(i, j));
+      e.magnitude[at] = std::abs(double(alpha)) * magnitude + std::abs(double(beta) * double(c(i, j)));
+    }
+  return e;
+}
+
+// The largest |got - exact| in units of `relative` * magnitude (<= 1 is within the bound).
+double worst_in_bound(Matrix const& got, Exact const& exact, double relative) {
+  double worst = 0;
+  for (std::size_t i = 0; i < exact.value.size(); ++i)
+    worst = std::max(worst, std::abs(double(got.data()[i]) - exact.value[i]) / (relative * exact.magnitude[i] + 1e-30));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("the program runs oneDNN and its first line says what MixedPrecision multiplies") {
+  std::string const engine = cpu_gemm_engine();
+  CHECK(engine.rfind("oneDNN ", 0) == 0);
+  CHECK(engine.find(bf16_products_available() ? "(bf16 products under MixedPrecision)"
+                                              : "(float products under MixedPrecision: no AVX512_BF16)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a bf16-products binding holds for its scope and then restores the one before") {
+  CHECK_FALSE(bf16_products_bound);
+  {
+    Bf16ProductsBinding const on(true);
+    CHECK(bf16_products_bound);
+    {
+      Bf16ProductsBinding const off(false);
+      CHECK_FALSE(bf16_products_bound);
+    }
+    CHECK(bf16_products_bound);
+  }
+  CHECK_FALSE(bf16_products_bound);
+}
+
+TEST_CASE("bf16: products of bf16 inputs with float sums, within bounds from bf16's 8-bit significand") {
+  Rng rng(5);
+  auto random = [&](int r, int c) { return random_matrix(rng, r, c); };
+  comm::ThreadGroup team_threads(2);
+  IntraOpTeam const team = team_threads.intra_op_team();
+  for (IntraOpTeam const* bound : {static_cast<IntraOpTeam const*>(nullptr), &team})
+    for (auto ta : {Transpose::no, Transpose::yes})
+      for (auto tb : {Transpose::no, Transpose::yes})
+        for (auto [alpha, beta] : {std::array{1.0f, 0.0f}, std::array{0.25f, 1.0f}, std::array{2.0f, 0.5f}})
+          for (auto [m, n, k] : {std::array{5, 7, 3}, std::array{10, 128, 1024}, std::array{96, 230, 129}}) {
+            IntraOpBinding const team_binding(bound);
+            Matrix const a = ta == Transpose::no ? random(m, k) : random(k, m);
+            Matrix const b = tb == Transpose::no ? random(k, n) : random(n, k);
+            Matrix const c0 = random(m, n);
+            Matrix got = c0, in_float = c0;
+            {
+              Bf16ProductsBinding const bf16_binding(true);
+              CpuBackend::gemm(ta, tb, alpha, view(a), view(b), beta, view(got));
+            }
+            CpuBackend::gemm(ta, tb, alpha, view(a), view(b), beta, view(in_float));  // unbound: float products
+            // Against the exact product of the bf16-rounded inputs, only float summation
+            // errors remain: k terms (and beta * c) summed in float.
+            double const summation = double(k + 2) * float_unit;
+            Exact const of_rounded = exact_product(ta, tb, alpha, rounded_to_bf16(a), rounded_to_bf16(b), beta, c0);
+            CHECK(worst_in_bound(got, of_rounded, summation) <= 1.0);
+            // Against the exact product of the float inputs: each product of two rounded
+            // inputs is within (2u + u^2) of its exact value, u = 2^-8.
+            Exact const of_float = exact_product(ta, tb, alpha, a, b, beta, c0);
+            CHECK(worst_in_bound(got, of_float, 2 * bf16_unit + bf16_unit * bf16_unit + summation) <= 1.0);
+            CHECK(worst_in_bound(in_float, of_float, summation) <= 1.0);
+            // The bf16 path really ran: its result is not the float products' (inputs are not bf16 values).
+            if (k > 3) CHECK(worst_in_bound(got, of_float, summation) > 1.0);
+          }
+}
+
+TEST_CASE("replica threads can run bf16 and float products at once: each result equals the same call made alone") {
+  Rng rng(11);
+  constexpr int threads = 4;
+  std::vector<Matrix> a, b, expected;
+  for (int t = 0; t < threads; ++t) {
+    a.push_back(random_matrix(rng, 256, 300 + t));
+    b.push_back(random_matrix(rng, 300 + t, 96));
+    expected.push_back(Matrix::Zero(256, 96));
+    Bf16ProductsBinding const binding(t % 2 == 0);
+    CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(a[t]), view(b[t]), 0.0f, view(expected[t]));
+  }
+  std::vector<int> mismatches(threads, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      Bf16ProductsBinding const binding(t % 2 == 0);
+      Matrix c(256, 96);
+      for (int repeat = 0; repeat < 100; ++repeat) {
+        CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(a[t]), view(b[t]), 0.0f, view(c));
+        mismatches[t] += !(c == expected[t]);
+      }
+    });
+  for (auto& thread : pool) thread.join();
+  for (int t = 0; t < threads; ++t) CHECK(mismatches[t] == 0);
+}
+
+TEST_CASE("bf16: MixedPrecision on bf16 products learns what FullPrecision learns, the same every run") {
+  using Mlp = Sequential<Dense<784, 128>, Relu, Dense<128, 10>>;
+  auto const train = data::fashion_mnist(data::Split::train).take(4096);
+  auto const test = data::fashion_mnist(data::Split::test).take(2000);
+  auto run = [&]<class Precision>(Precision) {
+    Mlp model(3);
+    Trainer<Mirrored<2>, Precision> trainer;
+    auto const history = trainer.fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train,
+                                     {.epochs = 2, .batch_size = 128, .seed = 9});
+    auto const result = trainer.evaluate(model, SoftmaxCrossEntropy{}, test);
+    return std::tuple{history["loss"].back(), *result.accuracy,
+                      std::vector<float>(model.parameters().begin(), model.parameters().end())};
+  };
+  auto const [mixed_loss, mixed_accuracy, mixed_weights] = run(MixedPrecision{});
+  auto const [full_loss, full_accuracy, full_weights] = run(FullPrecision{});
+  MESSAGE("loss ", mixed_loss, " vs ", full_loss, "; accuracy ", mixed_accuracy, " vs ", full_accuracy);
+  CHECK(mixed_weights != full_weights);
+  CHECK(std::abs(mixed_loss - full_loss) < 0.03 * full_loss);
+  CHECK(std::abs(mixed_accuracy - full_accuracy) < 0.02);
+  CHECK(std::get<2>(run(MixedPrecision{})) == mixed_weights);
+}
+
+int main(int argc, char** argv) {
+  bool bf16 = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--bf16") == 0) bf16 = true;
+    else args.push_back(argv[i]);
+  }
+  std::printf("engine: %s\n", cpu_gemm_engine().c_str());
+  doctest::Context context(int(args.size()), args.data());
+  if (bf16) {
+    if (!bf16_products_available()) {
+      std::printf("skipped: no AVX512_BF16 (MixedPrecision multiplies floats on this CPU)\n");
+      return 77;
+    }
+    context.addFilter("test-case", "bf16:*");
+  } else {
+    context.addFilter("test-case-exclude", "bf16:*");
+  }
+  return context.run();
+}
