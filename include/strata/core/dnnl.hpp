@@ -26,7 +26,14 @@
 #include "strata/core/error.hpp"
 #include "strata/core/tensor.hpp"
 
-extern "C" void omp_set_num_threads(int);  // libgomp, which the strata::dnnl target links
+// oneDNN's threads are OpenMP's (libgomp, which the strata::dnnl target links). The
+// compiler's own <omp.h> declares omp_set_num_threads (no -fopenmp needed), so a program that
+// also includes it sees one declaration.
+#if __has_include(<omp.h>)
+#include <omp.h>
+#else
+extern "C" void omp_set_num_threads(int);
+#endif
 
 namespace strata {
 
