@@ -12,9 +12,9 @@
 
 #include <array>
 #include <cmath>
-#include <thread>
 #include <vector>
 
+#include "concurrent_gemm.hpp"
 #include "random_matrix.hpp"
 #include "strata.hpp"
 
@@ -123,29 +123,8 @@ TEST_CASE("bf16: products of bf16 inputs with float sums, within bounds from bf1
 }
 
 TEST_CASE("replica threads can run bf16 and float products at once: each result equals the same call made alone") {
-  Rng rng(11);
-  constexpr int threads = 4;
-  std::vector<Matrix> a, b, expected;
-  for (int t = 0; t < threads; ++t) {
-    a.push_back(random_matrix(rng, 256, 300 + t));
-    b.push_back(random_matrix(rng, 300 + t, 96));
-    expected.push_back(Matrix::Zero(256, 96));
-    Bf16ProductsBinding const binding(t % 2 == 0);
-    CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(a[t]), view(b[t]), 0.0f, view(expected[t]));
-  }
-  std::vector<int> mismatches(threads, 0);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      Bf16ProductsBinding const binding(t % 2 == 0);
-      Matrix c(256, 96);
-      for (int repeat = 0; repeat < 100; ++repeat) {
-        CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(a[t]), view(b[t]), 0.0f, view(c));
-        mismatches[t] += !(c == expected[t]);
-      }
-    });
-  for (auto& thread : pool) thread.join();
-  for (int t = 0; t < threads; ++t) CHECK(mismatches[t] == 0);
+  auto const bind = [](int t) { return Bf16ProductsBinding(t % 2 == 0); };  // bf16 on even threads, float on odd
+  for (int mismatches : concurrent_gemm_mismatches(4, 100, bind)) CHECK(mismatches == 0);
 }
 
 TEST_CASE("bf16: MixedPrecision on bf16 products learns what FullPrecision learns, the same every run") {

@@ -139,21 +139,18 @@ struct CpuBackend {
   // has bf16 dot products, else float (core/dnnl.hpp).
   static void dnnl_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
                         MatrixView c, int parts) {
-    int const inner = trans_a ? a.rows : a.cols;
-    if (bf16_products_bound && bf16_products_available()) {
-      detail::dnnl_on_calling_thread();
-      auto const inputs = detail::DnnlBf16Products::of_this_thread().round_inputs(a, b);
-      run_intra_op(parts, [&](int p) {
-        auto const [first, count] = split_columns(c.cols, parts, p);
-        detail::dnnl_on_calling_thread();
-        detail::DnnlBf16Products::of_this_thread().gemm(trans_a, trans_b, alpha, inputs, inner, beta, c, first, count);
-      });
-      return;
-    }
+    bool const bf16 = bf16_products_bound && bf16_products_available();
+    detail::DnnlBf16Products::Inputs inputs{};  // the caller's bf16 copies, read by every part
+    if (bf16) inputs = detail::DnnlBf16Products::of_this_thread().round_inputs(a, b);
     run_intra_op(parts, [&](int p) {
       auto const [first, count] = split_columns(c.cols, parts, p);
       detail::dnnl_on_calling_thread();
-      detail::dnnl_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
+      if (bf16) {
+        int const inner = trans_a ? a.rows : a.cols;
+        detail::DnnlBf16Products::of_this_thread().gemm(trans_a, trans_b, alpha, inputs, inner, beta, c, first, count);
+      } else {
+        detail::dnnl_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
+      }
     });
   }
 #endif

@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -158,28 +157,25 @@ class DnnlBf16Products {
     Key key;
     dnnl_primitive_t primitive = nullptr;
     dnnl_memory_t source = nullptr, weights = nullptr, destination = nullptr;
-    std::uint64_t last_use = 0;
   };
 
   DnnlBf16Products() {
+    matmuls_.reserve(max_shapes);  // a found matmul stays where it is until the next find
     dnnl_check(dnnl_stream_create(&stream_, DnnlEngine::get(), dnnl_stream_default_flags), "dnnl_stream_create");
   }
 
+  // The matmul of `key`, made on first use. matmuls_ runs from least to most recently used.
   Matmul& find(Key const& key) {
-    ++clock_;
-    for (Matmul& m : matmuls_)
-      if (m.key == key) {
-        m.last_use = clock_;
-        return m;
-      }
+    auto const found = std::find_if(matmuls_.begin(), matmuls_.end(), [&](Matmul const& m) { return m.key == key; });
+    if (found != matmuls_.end()) {
+      std::rotate(found, found + 1, matmuls_.end());
+      return matmuls_.back();
+    }
     if (matmuls_.size() == max_shapes) {
-      auto oldest = std::min_element(matmuls_.begin(), matmuls_.end(),
-                                     [](Matmul const& x, Matmul const& y) { return x.last_use < y.last_use; });
-      destroy(*oldest);
-      matmuls_.erase(oldest);
+      destroy(matmuls_.front());
+      matmuls_.erase(matmuls_.begin());
     }
     matmuls_.push_back(make(key));
-    matmuls_.back().last_use = clock_;
     return matmuls_.back();
   }
 
@@ -199,39 +195,40 @@ class DnnlBf16Products {
     dnnl_matmul_desc_t desc{};
     dnnl_check(dnnl_matmul_desc_init(&desc, &source, &weights, nullptr, &destination), "dnnl_matmul_desc_init");
 
-    dnnl_primitive_attr_t attr = nullptr;
-    dnnl_post_ops_t post_ops = nullptr;
-    dnnl_primitive_desc_t primitive_desc = nullptr;
+    // What only the making needs, released however it ends.
+    struct Temporaries {
+      dnnl_primitive_attr_t attr = nullptr;
+      dnnl_post_ops_t post_ops = nullptr;
+      dnnl_primitive_desc_t primitive_desc = nullptr;
+      ~Temporaries() {
+        if (primitive_desc != nullptr) dnnl_primitive_desc_destroy(primitive_desc);
+        if (post_ops != nullptr) dnnl_post_ops_destroy(post_ops);
+        if (attr != nullptr) dnnl_primitive_attr_destroy(attr);
+      }
+    } t;
     Matmul made{key};
     try {
-      dnnl_check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+      dnnl_check(dnnl_primitive_attr_create(&t.attr), "dnnl_primitive_attr_create");
       if (key.alpha != 1.0f)
-        dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha), "output scales");
+        dnnl_check(dnnl_primitive_attr_set_output_scales(t.attr, 1, 0, &key.alpha), "output scales");
       if (key.beta != 0.0f) {  // dst = alpha * src * weights + beta * dst
-        dnnl_check(dnnl_post_ops_create(&post_ops), "dnnl_post_ops_create");
-        dnnl_check(dnnl_post_ops_append_sum(post_ops, key.beta), "dnnl_post_ops_append_sum");
-        dnnl_check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "dnnl_primitive_attr_set_post_ops");
+        dnnl_check(dnnl_post_ops_create(&t.post_ops), "dnnl_post_ops_create");
+        dnnl_check(dnnl_post_ops_append_sum(t.post_ops, key.beta), "dnnl_post_ops_append_sum");
+        dnnl_check(dnnl_primitive_attr_set_post_ops(t.attr, t.post_ops), "dnnl_primitive_attr_set_post_ops");
       }
       dnnl_engine_t const engine = DnnlEngine::get();
-      dnnl_check(dnnl_primitive_desc_create(&primitive_desc, &desc, attr, engine, nullptr), "matmul primitive desc");
-      dnnl_check(dnnl_primitive_create(&made.primitive, primitive_desc), "dnnl_primitive_create");
+      dnnl_check(dnnl_primitive_desc_create(&t.primitive_desc, &desc, t.attr, engine, nullptr), "matmul primitive desc");
+      dnnl_check(dnnl_primitive_create(&made.primitive, t.primitive_desc), "dnnl_primitive_create");
       dnnl_check(dnnl_memory_create(&made.source, &source, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
       dnnl_check(dnnl_memory_create(&made.weights, &weights, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
       dnnl_check(dnnl_memory_create(&made.destination, &destination, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
     } catch (...) {
       destroy(made);
-      release(attr, post_ops, primitive_desc);
       throw;
     }
-    release(attr, post_ops, primitive_desc);
     return made;
   }
 
-  static void release(dnnl_primitive_attr_t attr, dnnl_post_ops_t post_ops, dnnl_primitive_desc_t primitive_desc) {
-    if (primitive_desc != nullptr) dnnl_primitive_desc_destroy(primitive_desc);
-    if (post_ops != nullptr) dnnl_post_ops_destroy(post_ops);
-    if (attr != nullptr) dnnl_primitive_attr_destroy(attr);
-  }
   static void destroy(Matmul& m) {
     for (dnnl_memory_t memory : {m.source, m.weights, m.destination})
       if (memory != nullptr) dnnl_memory_destroy(memory);
@@ -240,7 +237,6 @@ class DnnlBf16Products {
 
   dnnl_stream_t stream_ = nullptr;
   std::vector<Matmul> matmuls_;
-  std::uint64_t clock_ = 0;
   std::vector<bf16> a_, b_;
 };
 
