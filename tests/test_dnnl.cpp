@@ -122,6 +122,59 @@ TEST_CASE("bf16: products of bf16 inputs with float sums, within bounds from bf1
           }
 }
 
+TEST_CASE("a bf16 copy is found only for floats wholly inside it") {
+  std::vector<float> floats(100);
+  std::vector<bf16> halves(100);
+  Bf16Copy const copy{floats.data(), halves.data(), floats.size()};
+  CHECK(copy.find(floats.data(), 100) == halves.data());
+  CHECK(copy.find(floats.data() + 40, 60) == halves.data() + 40);
+  CHECK(copy.find(floats.data() + 40, 61) == nullptr);  // runs past its end
+  std::vector<float> other(10);
+  CHECK(copy.find(other.data(), 10) == nullptr);
+  CHECK(Bf16Copy{}.find(floats.data(), 1) == nullptr);
+  {
+    Bf16CopyBinding const bound(copy);
+    CHECK(bf16_copy_bound.find(floats.data(), 1) == halves.data());
+  }
+  CHECK(bf16_copy_bound.size == 0);
+}
+
+TEST_CASE("bf16: a product whose input lies in the bound bf16 copy reads the copy, and changes no bit") {
+  Rng rng(7);
+  Matrix const a = random_matrix(rng, 300, 200), b = random_matrix(rng, 200, 150);
+  Matrix weights = a;  // what a trainer binds: the floats rounded to bf16, and their bf16 copy
+  round_to<bf16>(weights.data(), std::size_t(weights.size()));
+  std::vector<bf16> halves(std::size_t(weights.size()));
+  round_to_product_bf16(halves.data(), weights.data(), halves.size());
+  auto product = [&](Matrix const& w) {
+    Bf16ProductsBinding const bf16(true);
+    Matrix c = Matrix::Zero(300, 150);
+    CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(w), view(b), 0.0f, view(c));
+    return c;
+  };
+  Matrix const rounding = product(weights);
+  Bf16CopyBinding const bound({weights.data(), halves.data(), halves.size()});
+  CHECK(product(weights) == rounding);  // read from the copy: the same bits
+  // The copy is what is read: a copy of other values shows in the result, a matrix outside it does not.
+  for (bf16& h : halves) h = bf16(2.0f * float(h));  // exact: a power of two
+  CHECK(product(weights) == 2.0f * rounding);
+  Matrix const elsewhere = weights;
+  CHECK(product(elsewhere) == rounding);
+}
+
+TEST_CASE("bf16: refreshing the bf16 copy chunk by chunk in the fused update gives the bits of refreshing after it") {
+  using Mlp = Sequential<Dense<784, 64>, Relu, Dense<64, 10>>;
+  auto const train = data::fashion_mnist(data::Split::train).take(1024);
+  auto run = [&](float clip) {  // a clipping norm needs the whole gradient first: the update refreshes after it
+    Mlp model(5);
+    Trainer<Mirrored<2>, MixedPrecision> trainer;
+    trainer.fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train,
+                {.epochs = 2, .batch_size = 128, .seed = 4, .clip_global_norm = clip});
+    return std::vector<float>(model.parameters().begin(), model.parameters().end());
+  };
+  CHECK(run(0.0f) == run(1e30f));  // a norm never reached: the same arithmetic, refreshed at other times
+}
+
 TEST_CASE("replica threads can run bf16 and float products at once: each result equals the same call made alone") {
   auto const bind = [](int t) { return Bf16ProductsBinding(t % 2 == 0); };  // bf16 on even threads, float on odd
   for (int mismatches : concurrent_gemm_mismatches(4, 100, bind)) CHECK(mismatches == 0);

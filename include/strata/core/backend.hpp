@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 
 #include "strata/core/eigen.hpp"
@@ -17,6 +18,7 @@
 #if defined(STRATA_DNNL)
 #include "strata/core/dnnl.hpp"
 #endif
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/intra_op.hpp"
 #include "strata/core/product_precision.hpp"
@@ -29,6 +31,18 @@ namespace strata {
 // Without oneDNN, every product multiplies floats (core/dnnl.hpp says when they are bf16).
 inline bool bf16_products_available() { return false; }
 #endif
+
+// out[i] = in[i] rounded to bf16 exactly as a bf16 product rounds its inputs: what a
+// Bf16Copy (core/product_precision.hpp) holds, so that reading it changes no bit.
+inline void round_to_product_bf16(bf16* out, float const* in, std::size_t n) {
+#if defined(STRATA_DNNL)
+  if (bf16_products_available()) {
+    detail::to_bf16_avx512(out, in, n);
+    return;
+  }
+#endif
+  store<bf16>(out, in, n);
+}
 
 enum class Transpose { no, yes };
 

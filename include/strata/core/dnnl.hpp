@@ -23,6 +23,7 @@
 
 #include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/product_precision.hpp"
 #include "strata/core/tensor.hpp"
 
 // oneDNN's threads are OpenMP's (libgomp, which the strata::dnnl target links). The
@@ -103,8 +104,9 @@ class DnnlBf16Products {
     return products;
   }
 
-  // The product's inputs rounded to bf16: the calling thread's copies, made once per product
-  // before its parts run (on this thread or on its intra-op team).
+  // The product's inputs in bf16: read from the copy bound on this thread where they lie
+  // inside it (core/product_precision.hpp), else rounded into the calling thread's buffers,
+  // once per product before its parts run (on this thread or on its intra-op team).
   struct Inputs {
     bf16 const* a;
     int a_rows;
@@ -112,11 +114,7 @@ class DnnlBf16Products {
     int b_rows;
   };
   Inputs round_inputs(ConstMatrixView a, ConstMatrixView b) {
-    a_.resize(a.size());
-    b_.resize(b.size());
-    to_bf16_avx512(a_.data(), a.data, a.size());
-    to_bf16_avx512(b_.data(), b.data, b.size());
-    return {a_.data(), a.rows, b_.data(), b.rows};
+    return {in_bf16(a, a_), a.rows, in_bf16(b, b_), b.rows};
   }
 
   // Output columns [first, first + count) of c (column-major, c.rows x n) = alpha * op(a) *
@@ -227,6 +225,13 @@ class DnnlBf16Products {
       throw;
     }
     return made;
+  }
+
+  static bf16 const* in_bf16(ConstMatrixView m, std::vector<bf16>& buffer) {
+    if (bf16 const* kept = bf16_copy_bound.find(m.data, m.size())) return kept;
+    buffer.resize(m.size());
+    to_bf16_avx512(buffer.data(), m.data, m.size());
+    return buffer.data();
   }
 
   static void destroy(Matmul& m) {

@@ -5,6 +5,16 @@
 // (bf16_products_available() in core/backend.hpp: oneDNN on a CPU with bf16 dot products),
 // and float elsewhere. Bound per thread, like the intra-op team, so that the layers' code
 // and signatures stay the same under every precision.
+//
+// A bf16 product rounds its inputs to bf16 first. Inputs that many products read between
+// two writes (the weights of a training step: every replica's forward and backward) are
+// rounded once instead, by whoever writes them (train/replica_pass.hpp), and bound here as
+// a Bf16Copy: a product whose input lies inside the copied floats reads the copy.
+
+#include <cstddef>
+#include <functional>
+
+#include "strata/core/dtype.hpp"
 
 namespace strata {
 
@@ -21,6 +31,36 @@ class Bf16ProductsBinding {
 
  private:
   bool previous_;
+};
+
+// copy[i] is floats[i] rounded to bf16 the way the GEMM engine rounds a product's inputs
+// (round_to_product_bf16 in core/backend.hpp), for i < size. Empty: no copy.
+struct Bf16Copy {
+  float const* floats = nullptr;
+  bf16 const* copy = nullptr;
+  std::size_t size = 0;
+
+  // The copy of floats [data, data + n), or nullptr where they are not all inside it.
+  [[nodiscard]] bf16 const* find(float const* data, std::size_t n) const {
+    std::less<float const*> const before;  // a total order, even between unrelated arrays
+    if (size == 0 || before(data, floats) || before(floats + size, data) || std::size_t(floats + size - data) < n)
+      return nullptr;
+    return copy + (data - floats);
+  }
+};
+
+inline thread_local Bf16Copy bf16_copy_bound{};
+
+// Binds `copy` on this thread for its lifetime, then restores the previous one.
+class Bf16CopyBinding {
+ public:
+  explicit Bf16CopyBinding(Bf16Copy copy) : previous_(bf16_copy_bound) { bf16_copy_bound = copy; }
+  ~Bf16CopyBinding() { bf16_copy_bound = previous_; }
+  Bf16CopyBinding(Bf16CopyBinding const&) = delete;
+  Bf16CopyBinding& operator=(Bf16CopyBinding const&) = delete;
+
+ private:
+  Bf16Copy previous_;
 };
 
 }  // namespace strata

@@ -136,6 +136,7 @@ class Evaluator {
         [&](strategy::Shard const& shard, strategy::Shard const* next, int r) {
           Pass& pass = passes_[std::size_t(r)];
           [[maybe_unused]] auto const bound = pass.bind();
+          [[maybe_unused]] auto const copy = bind_products_copy(weights_, r);
           fn(pass, r, shard, staged[std::size_t(r)], next);
           staged[std::size_t(r)] = Pass::copies_ahead && next != nullptr;
         },

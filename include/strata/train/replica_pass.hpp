@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/backend.hpp"
 #include "strata/core/dtype.hpp"
+#include "strata/core/product_precision.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/nn/metric.hpp"
@@ -109,8 +111,11 @@ class ReplicaPass<Model, policy::Cpu, T> {
 };
 
 // The weights the replicas' forward passes read, made from the host's float weights: on the
-// CPU the host weights themselves, or (mixed precision) one copy rounded to T. The Cuda
-// form (train/replica_pass_cuda.hpp) keeps a copy on each GPU.
+// CPU the host weights themselves, or (mixed precision) one copy rounded to T. Where the
+// CPU multiplies bf16 (T = bf16), also their bf16 copy, which the replica threads bind so
+// that their products read it instead of rounding the weights in every product
+// (core/product_precision.hpp). The Cuda form (train/replica_pass_cuda.hpp) keeps a copy
+// on each GPU.
 template <class Device, class T>
 class ReplicaWeights;
 
@@ -121,6 +126,7 @@ class ReplicaWeights<policy::Cpu, T> {
 
   ReplicaWeights(std::span<float const> host, int /*replicas*/) : host_(host) {
     if constexpr (rounded) copy_ = AlignedBuffer(host.size());
+    if (std::is_same_v<T, bf16> && bf16_products_available()) halves_.resize(host.size());
     refresh(0, host.size());
   }
 
@@ -129,6 +135,7 @@ class ReplicaWeights<policy::Cpu, T> {
     if constexpr (rounded) {
       std::copy(host_.data() + begin, host_.data() + end, copy_.data() + begin);
       round_to<T>(copy_.data() + begin, end - begin);
+      if (!halves_.empty()) round_to_product_bf16(halves_.data() + begin, copy_.data() + begin, end - begin);
     }
   }
   [[nodiscard]] float const* operator()(int /*replica*/) const {
@@ -137,9 +144,24 @@ class ReplicaWeights<policy::Cpu, T> {
   }
   [[nodiscard]] static constexpr int device_of(int) { return 0; }
 
+  // For the duration of replica r's task: its products read the bf16 copy, where there is one.
+  [[nodiscard]] Bf16CopyBinding bind_copy(int /*replica*/) const {
+    if (halves_.empty()) return Bf16CopyBinding({});
+    return Bf16CopyBinding({copy_.data(), halves_.data(), halves_.size()});
+  }
+
  private:
   std::span<float const> host_;
-  AlignedBuffer copy_;  // mixed precision: the weights rounded to T
+  AlignedBuffer copy_;        // mixed precision: the weights rounded to T
+  std::vector<bf16> halves_;  // bf16 products: copy_ in bf16
 };
+
+// Binds `weights.bind_copy(r)` on this thread where the weights keep a bf16 copy for the
+// products (the CPU's, above), and nothing elsewhere.
+template <class Weights>
+[[nodiscard]] Bf16CopyBinding bind_products_copy(Weights const& weights, int r) {
+  if constexpr (requires { weights.bind_copy(r); }) return weights.bind_copy(r);
+  else return Bf16CopyBinding({});
+}
 
 }  // namespace strata::train

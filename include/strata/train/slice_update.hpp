@@ -111,12 +111,16 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   template <class Sync, class Decide>
   std::int64_t run(int r, Sync& sync, float scale, std::int64_t step, Decide&& decide) {
     std::int64_t const reduced_floats = update(r, sync, scale, step, decide);
-    comm::Slice const mine = sync.slice(r);
-    forward_.refresh(mine.begin, mine.end);
+    if (whole_gradient_first_) {  // (the fused update refreshes each chunk as it goes)
+      comm::Slice const mine = sync.slice(r);
+      forward_.refresh(mine.begin, mine.end);
+    }
     return reduced_floats;
   }
 
   [[nodiscard]] float const* forward_weights(int r) const { return forward_(r); }
+  // For the duration of replica r's task: the bf16 copy of the forward weights, where kept.
+  [[nodiscard]] Bf16CopyBinding bind_copy(int r) const { return forward_.bind_copy(r); }
   void resume() { forward_.refresh(0, arena_); }
   void sync_to_host() {}  // the weights and state are the host's
 
@@ -131,11 +135,12 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     std::int64_t const reduced_floats = slice_floats_[std::size_t(r)];
     auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
     auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
-    if (!whole_gradient_first_) {  // fused: reduce a chunk, update it while it is in cache
+    if (!whole_gradient_first_) {  // fused: reduce a chunk, update it and refresh what forward reads while in cache
       for_each_chunk_split(r, [&](int, std::size_t begin, std::size_t count, Piece const& piece) {
         alignas(64) float reduced[chunk_floats];
         sync.reduce(r, begin, count, scale, reduced);
         optimizer_.update(slice_of(begin, count), std::span<float const>(reduced, count), state_, begin, info(piece));
+        forward_.refresh(begin, begin + count);
       });
       return reduced_floats;
     }

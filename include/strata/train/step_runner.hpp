@@ -123,6 +123,7 @@ class StepRunner : public StepProgress<Config> {
     auto task = [&](int r) {
       Pass& pass = passes_[std::size_t(r)];
       [[maybe_unused]] auto const bound = pass.bind();
+      [[maybe_unused]] auto const copy = bind_products_copy(update_, r);
       strategy::Shard const shard = distributed.shard(first + r);
       std::optional<strategy::Shard> ahead;
       if constexpr (Pass::copies_ahead)
