@@ -16,8 +16,10 @@
 // by the device tag (strata/cuda.hpp brings the Cuda ones: device memory, NCCL, kernels).
 //
 // Mixed precision on the CPU: forward and backward read a copy of the weights rounded to
-// the compute type, refreshed slice by slice right after each update; the master weights,
-// gradients and optimizer state stay in float. (On Cuda the GEMMs round their operands.)
+// the compute type, refreshed chunk by chunk as each is updated (and in bf16 too where the
+// CPU multiplies bf16, bound on each replica's thread for its products); the master
+// weights, gradients and optimizer state stay in float. (On Cuda the GEMMs round their
+// operands.)
 //
 // No allocation, lock or type-erased call happens inside a step.
 //
