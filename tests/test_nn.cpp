@@ -30,6 +30,30 @@ TEST_CASE_TEMPLATE("backward matches central differences", Activation, Relu, Tan
   check_gradients(model, random_matrix(5, 7, 1), labels({0, 1, 2, 3, 0, 1, 2}), SoftmaxCrossEntropy{}, {});
 }
 
+// GELU runs a rational approximation of erf on whole registers: its values and derivative
+// against x Phi(x) computed in double, over the range where Phi is neither 0 nor 1 in float
+// and beyond, with a length that leaves a partial block.
+TEST_CASE("Gelu and its derivative match x Phi(x) in double") {
+  int const n = 16001;
+  Matrix x(1, n), y(1, n), dy = Matrix::Constant(1, n, 1.0f), dx(1, n);
+  for (int i = 0; i < n; ++i) x(0, i) = -8.0f + 16.0f * float(i) / float(n - 1);
+  nn::ActivationMath<CpuBackend>::gelu(view(x), view(y));
+  nn::ActivationMath<CpuBackend>::gelu_backward(view(x), view(dy), view(dx));
+  double worst_value = 0, worst_slope = 0;
+  for (int i = 0; i < n; ++i) {
+    double const v = x(0, i), cdf = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
+    double const pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    worst_value = std::max(worst_value, std::abs(y(0, i) - v * cdf) / std::max(1.0, std::abs(v)));
+    worst_slope = std::max(worst_slope, std::abs(dx(0, i) - (cdf + v * pdf)) / std::max(1.0, std::abs(v)));
+  }
+  // Relative to max(1, |x|): erf is within 3.3e-7, and GELU scales its error by |x|/2.
+  MESSAGE("worst value error ", worst_value, ", worst slope error ", worst_slope);
+  CHECK(worst_value < 3e-7);
+  CHECK(worst_slope < 3e-7);
+  CHECK(y(0, 0) == 0.0f);       // far left: exactly 0
+  CHECK(y(0, n - 1) == 8.0f);   // far right: exactly x
+}
+
 TEST_CASE("Dropout's backward matches central differences under a fixed mask") {
   Sequential<Dense<5, 8>, Dropout, Dense<8, 3>> model(2, {}, Dropout{0.3f}, {});
   check_gradients(model, random_matrix(5, 6, 4), labels({0, 1, 2, 0, 1, 2}), SoftmaxCrossEntropy{},
