@@ -105,6 +105,8 @@ def systems(args):
         table["strata_multi_worker1"] = mpi(BUILD / "strata_anchor_mpi", 2)
     if (BUILD / "strata_anchor_mpi_openblas").exists():
         table["strata_multi_worker1_openblas"] = mpi(BUILD / "strata_anchor_mpi_openblas", 2)
+    if (BUILD / "strata_anchor_mpi_dnnl").exists():
+        table["strata_multi_worker1_dnnl"] = mpi(BUILD / "strata_anchor_mpi_dnnl", 2)
     if OPENBLAS:
         binary = str(BUILD / "strata_anchor_openblas")
         table["strata_mirrored2_openblas"] = single([binary, "--strategy", "mirrored2"])

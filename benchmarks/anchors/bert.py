@@ -10,8 +10,11 @@ Run from the repository root with the anchors' virtual environment (benchmarks/a
 makes it; this needs `transformers` in it too) after building the strata programs:
 
     cmake --build build --target strata_bert bert_finetune
-    build/anchors/venv/bin/python benchmarks/anchors/bert.py throughput [--rounds 3]
-    build/anchors/venv/bin/python benchmarks/anchors/bert.py finetune [--epochs 3]
+    build/anchors/venv/bin/python benchmarks/anchors/bert.py throughput [--rounds 3] [--dtype fp32|bf16]
+    build/anchors/venv/bin/python benchmarks/anchors/bert.py finetune [--epochs 3] [--dtype fp32|bf16]
+
+--dtype bf16 runs strata's MixedPrecision (bf16 products where the CPU has AVX512_BF16)
+against PyTorch under torch.autocast("cpu", dtype=torch.bfloat16).
 """
 import argparse
 import json
@@ -48,16 +51,16 @@ def spread(values):
 
 
 def throughput(args):
-    strata = [str(ROOT / "build/benchmarks/strata_bert"), "--steps", str(args.steps)]
+    strata = [str(ROOT / "build/benchmarks/strata_bert"), "--steps", str(args.steps), "--precision", args.dtype]
     torch = [sys.executable, str(HERE / "torch_bert.py"), "--mode", "throughput", "--steps", str(args.steps),
-             "--threads", str(os.cpu_count())]
+             "--threads", str(os.cpu_count()), "--dtype", args.dtype]
     results = {"strata": [], "torch": []}
     for r in range(args.rounds):
         for name, command in (("strata", strata), ("torch", torch)) if r % 2 == 0 else (("torch", torch), ("strata", strata)):
             results[name].append(last_json(run(command)))
             print(f"round {r + 1} {name}: {json.dumps(results[name][-1])}", flush=True)
     print(f"\nBERT case study throughput, {platform.processor() or platform.machine()}, {cpu_kind()}, "
-          f"{os.cpu_count()} cores, {args.rounds} rounds, batch 32, length 64\n")
+          f"{os.cpu_count()} cores, {args.dtype}, {args.rounds} rounds, batch 32, length 64\n")
     print("| system | training sequences/s | inference sequences/s |")
     print("|---|---|---|")
     for name in ("strata", "torch"):
@@ -72,11 +75,11 @@ def throughput(args):
 
 
 def finetune(args):
-    out = run([str(ROOT / "build/examples/bert_finetune"), "--epochs", str(args.epochs)])
+    out = run([str(ROOT / "build/examples/bert_finetune"), "--epochs", str(args.epochs), "--precision", args.dtype])
     strata = [float(x) for x in re.findall(r"epoch \d+: dev_accuracy=([0-9.]+)", out)]
     print("\n".join(line for line in out.splitlines() if not line.startswith("\r") and "ETA" not in line))
     torch_out = run([sys.executable, str(HERE / "torch_bert.py"), "--mode", "finetune", "--epochs", str(args.epochs),
-                     "--threads", str(os.cpu_count())])
+                     "--threads", str(os.cpu_count()), "--dtype", args.dtype])
     torch_epochs = last_json(torch_out)["epochs"]
     strata_rates = [float(x) for x in re.findall(r"epoch \d+: dev_accuracy=[0-9.]+, ([0-9.]+) sequences/s", out)]
     print("| epoch | strata dev accuracy | PyTorch dev accuracy | strata sequences/s | PyTorch sequences/s |")
@@ -92,6 +95,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--json")
     args = parser.parse_args()
     throughput(args) if args.mode == "throughput" else finetune(args)
