@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -124,6 +125,28 @@ TEST_CASE_TEMPLATE("a 16-bit forward pass equals the float layers on rounded val
   // GEMM blocking differs between a 128-column chunk and the whole batch: one unit in the last place.
   float const ulp = std::is_same_v<T, bf16> ? 1.0f / 128.0f : 1.0f / 1024.0f;
   CHECK(((got - expected).array().abs() <= ulp * (expected.array().abs() + 1e-3f)).all());
+}
+
+// evaluate and predict tell the model no backward follows, and mixed precision then skips
+// storing what only backward reads (16-bit activations, layers' kept scratch): the outputs
+// must not change by a bit.
+TEST_CASE_TEMPLATE("an inference forward that stores nothing for backward gives the same outputs", T, bf16, fp16) {
+  using Model = Sequential<Dense<784, 48>, LayerNorm, Residual<Sequential<Dense<48, 64>, Gelu, Dense<64, 48>>>, Dropout,
+                           Dense<48, 10>>;
+  Model const model(3, {}, {}, {}, Dropout{0.2f}, {});
+  int const n = 600;  // three chunks, the last one partial
+  Matrix const x = detail::eigen(fashion().features()).leftCols(n);
+  std::vector<float> w(model.parameters().begin(), model.parameters().end());
+  round_to<T>(w.data(), w.size());
+  for (bool const training : {false, true}) {
+    Model::Workspace<CpuBackend, T> kept(n), inference(n);
+    nn::ForwardContext context{.training = training, .seed = 99};
+    model.forward<CpuBackend>(kept, w.data(), view(x), context);
+    context.backward_follows = false;
+    model.forward<CpuBackend>(inference, w.data(), view(x), context);
+    Matrix const a = detail::eigen(kept.output()), b = detail::eigen(inference.output());
+    CHECK(std::memcmp(a.data(), b.data(), std::size_t(a.size()) * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("mixed precision stores activations in 16 bits: half the bytes of float") {

@@ -29,6 +29,9 @@ struct ForwardContext {
   // number per sample (columns_per_sample).
   float const* sequence_lengths = nullptr;
   float const* column_positions = nullptr;
+  // False where no backward pass follows (evaluate, predict): mixed precision then skips
+  // storing the activations and scratch that only backward reads.
+  bool backward_follows = true;
 
   // The context of a layer whose input has `columns` columns per sample of this one's.
   [[nodiscard]] ForwardContext for_columns(int columns) const {

@@ -307,7 +307,7 @@ class Sequential {
     Workspace<CpuBackend> ws(batch_size);
     for (int first = 0; first < x.cols(); first += batch_size) {
       int const count = std::min<int>(batch_size, int(x.cols()) - first);
-      forward(ws, parameters_.data(), view(x).columns(first, count), ForwardContext{});
+      forward(ws, parameters_.data(), view(x).columns(first, count), ForwardContext{.backward_follows = false});
       result.middleCols(first, count) = strata::detail::eigen(ws.output());
     }
     return result;
@@ -336,8 +336,10 @@ class Sequential {
         layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch,
                                   chunk_context.for_columns(columns[I]).for_layer(I));
         round_to<T>(y.data, y.size());
-        if constexpr (I + 1 < layer_count) store<T>(ws.stored_[I].data() + std::size_t(first) * w * c, y.data, y.size());
-        keep_scratch<I>(ws, scratch, first, /*save=*/true);
+        if (context.backward_follows) {
+          if constexpr (I + 1 < layer_count) store<T>(ws.stored_[I].data() + std::size_t(first) * w * c, y.data, y.size());
+          keep_scratch<I>(ws, scratch, first, /*save=*/true);
+        }
         std::swap(in, out);
       });
     }

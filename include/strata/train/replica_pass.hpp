@@ -94,13 +94,13 @@ class ReplicaPass<Model, policy::Cpu, T> {
   template <class LossFn>
   Tally evaluate(Model const& model, float const* params, LossFn const& loss, strategy::Shard const& shard,
                  bool /*staged*/, strategy::Shard const* /*next*/) {
-    return forward_shard<backend>(model, workspace_, params, loss, shard, {});
+    return forward_shard<backend>(model, workspace_, params, loss, shard, {.backward_follows = false});
   }
 
   // The model's outputs for `shard` into out[0, output_width * shard.size), in host memory.
   void predict(Model const& model, float const* params, strategy::Shard const& shard, bool /*staged*/,
                strategy::Shard const* /*next*/, float* out) {
-    model.template forward<backend>(workspace_, params, shard.features, {});
+    model.template forward<backend>(workspace_, params, shard.features, {.backward_follows = false});
     std::copy_n(workspace_.output().data, workspace_.output().size(), out);
   }
 

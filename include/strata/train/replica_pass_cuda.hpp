@@ -66,14 +66,14 @@ class ReplicaPass<Model, policy::Cuda, T> {
                  strategy::Shard const* next) {
     strategy::Shard const on_device = staged ? replica_->take() : replica_->upload(shard);
     CudaBackend::defer_sums();
-    Tally const tally = forward_shard<CudaBackend>(model, *workspace_, params, loss, on_device, {});
+    Tally const tally = forward_shard<CudaBackend>(model, *workspace_, params, loss, on_device, {.backward_follows = false});
     return finish(tally, next);
   }
 
   void predict(Model const& model, float const* params, strategy::Shard const& shard, bool staged,
                strategy::Shard const* next, float* out) {
     strategy::Shard const on_device = staged ? replica_->take() : replica_->upload(shard);
-    model.template forward<CudaBackend>(*workspace_, params, on_device.features, {});
+    model.template forward<CudaBackend>(*workspace_, params, on_device.features, {.backward_follows = false});
     replica_->release();
     if (next) replica_->stage(*next);
     auto& c = replica_->context;  // into pageable memory: a waiting copy
