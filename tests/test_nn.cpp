@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "gradient_check.hpp"
@@ -52,6 +53,25 @@ TEST_CASE("Gelu and its derivative match x Phi(x) in double") {
   CHECK(worst_slope < 3e-7);
   CHECK(y(0, 0) == 0.0f);       // far left: exactly 0
   CHECK(y(0, n - 1) == 8.0f);   // far right: exactly x
+}
+
+// Replicas split a batch anywhere, so a value's GELU must not depend on where it sits in
+// the array (the head, the middle or the ragged tail of a block): bit for bit.
+TEST_CASE("Gelu gives every value the same bits wherever it sits in the array") {
+  Matrix const values = random_matrix(1, 37, 12, 5.0f), dy = random_matrix(1, 37, 13);
+  Matrix alone(1, 37), alone_dx(1, 37);
+  nn::ActivationMath<CpuBackend>::gelu(view(values), view(alone));
+  nn::ActivationMath<CpuBackend>::gelu_backward(view(values), view(dy), view(alone_dx));
+  for (int const offset : {1, 3, 7, 16, 499, 510, 1000}) {
+    int const n = offset + 37 + offset % 5;
+    Matrix x = random_matrix(1, n, 14), d = random_matrix(1, n, 15), y(1, n), dx(1, n);
+    x.middleCols(offset, 37) = values;
+    d.middleCols(offset, 37) = dy;
+    nn::ActivationMath<CpuBackend>::gelu(view(x), view(y));
+    nn::ActivationMath<CpuBackend>::gelu_backward(view(x), view(d), view(dx));
+    CHECK(std::memcmp(y.data() + offset, alone.data(), 37 * sizeof(float)) == 0);
+    CHECK(std::memcmp(dx.data() + offset, alone_dx.data(), 37 * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("Dropout's backward matches central differences under a fixed mask") {

@@ -36,37 +36,47 @@ struct ActivationMath<CpuBackend> {
   // Exact GELU, x * Phi(x) (Keras' default, approximate=False), in blocks that stay in L1.
   static void gelu(ConstMatrixView x, MatrixView y) {
     for_blocks(x.size(), [&](std::size_t at, std::size_t n) {
-      auto const in = block_of(x.data + at, n);
-      Block cdf(n);
+      Block const in = padded(x.data + at, n);
+      Block cdf(in.size());
       normal_cdf(in, cdf);
-      block_of(y.data + at, n) = in * cdf;
+      cdf *= in;
+      std::copy_n(cdf.data(), n, y.data + at);
     });
   }
   // d/dx x Phi(x) = Phi(x) + x phi(x)
   static void gelu_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
     for_blocks(x.size(), [&](std::size_t at, std::size_t n) {
-      auto const in = block_of(x.data + at, n);
-      Block cdf(n);
+      Block const in = padded(x.data + at, n);
+      Block cdf(in.size()), slope(in.size());
       normal_cdf(in, cdf);
-      block_of(dx.data + at, n) =
-          block_of(dy.data + at, n) * (cdf + in * 0.39894228040143268f * (in.square() * -0.5f).exp());
+      slope = (in.square() * -0.5f).exp();
+      slope = padded(dy.data + at, n) * (cdf + in * 0.39894228040143268f * slope);
+      std::copy_n(slope.data(), n, dx.data + at);
     });
   }
 
  private:
   static constexpr std::size_t block = 512;
   using Block = Eigen::Array<float, Eigen::Dynamic, 1, 0, block, 1>;
-  static Eigen::Map<Eigen::ArrayXf const> block_of(float const* data, std::size_t n) { return {data, Eigen::Index(n)}; }
-  static Eigen::Map<Eigen::ArrayXf> block_of(float* data, std::size_t n) { return {data, Eigen::Index(n)}; }
   template <class F>
   static void for_blocks(std::size_t n, F const& f) {
     for (std::size_t at = 0; at < n; at += block) f(at, std::min(block, n - at));
+  }
+  // n floats, then zeros up to a multiple of 16 (a whole number of packets): every value then
+  // takes Eigen's packet path. Its scalar path (for a ragged head or tail) computes exp and
+  // contracts multiply-adds differently, and a value's GELU must not depend on where it sits
+  // in a block: replicas split a batch anywhere, and each must compute what one replica does.
+  static Block padded(float const* data, std::size_t n) {
+    Block out(Eigen::Index((n + 15) / 16 * 16));
+    std::copy_n(data, n, out.data());
+    std::fill(out.data() + n, out.data() + out.size(), 0.0f);
+    return out;
   }
 
   // erf of float packets. std::erf is scalar, and was 14% of a BERT training step; this is
   // the rational approximation Eigen's and XLA's float erf use (within 3.3e-7 of erf; outside
   // [-4, 4] erf is +-1 in float), as Eigen array expressions so each runs on whole registers.
-  static void normal_cdf(Eigen::Map<Eigen::ArrayXf const> const& x, Block& cdf) {
+  static void normal_cdf(Block const& x, Block& cdf) {
     cdf = (x * 0.70710678118654752f).max(-4.0f).min(4.0f);
     Block const z2 = cdf.square();
     cdf *= ((((((z2 * -2.72614225801306e-10f + 2.77068142495902e-08f) * z2 - 2.10102402082508e-06f) * z2 -
