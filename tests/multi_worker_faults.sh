@@ -45,9 +45,9 @@ expect_killed 2 kill.log train kill-backup kill.bin 5
 [ ! -e kill.bin ] || fail "a killed job wrote final weights"
 
 echo "3. resume bit for bit"
-job 2 reference.log train reference-backup reference.bin || fail "reference run: $(tail -5 reference.log)"
+job 2 reference.log train reference-backup reference.bin || fail "reference run: $(tail -40 reference.log)"
 expect_killed 2 killed.log train backup resumed.bin 42
-job 2 resumed.log train backup resumed.bin || fail "resumed run: $(tail -5 resumed.log)"
+job 2 resumed.log train backup resumed.bin || fail "resumed run: $(tail -40 resumed.log)"
 cat resumed.log
 grep -q "restored step=40 epoch=1 batch=10 on 2 workers" resumed.log || fail "did not resume from the step-40 backup"
 cmp reference.bin resumed.bin || fail "the resumed run's weights differ from the uninterrupted run's"
@@ -57,7 +57,7 @@ echo "4. resume on another number of workers"
 for counts in "3 2" "2 3"; do
   set -- $counts
   expect_killed "$1" "killed-$1.log" train "backup-$1-$2" "changed-$1-$2.bin" 42
-  job "$2" "resumed-$1-$2.log" train "backup-$1-$2" "changed-$1-$2.bin" || fail "resume on $2: $(tail -5 "resumed-$1-$2.log")"
+  job "$2" "resumed-$1-$2.log" train "backup-$1-$2" "changed-$1-$2.bin" || fail "resume on $2: $(tail -40 "resumed-$1-$2.log")"
   cat "resumed-$1-$2.log"
   grep -q "restored step=40 epoch=1 batch=10 on $2 workers" "resumed-$1-$2.log" || fail "$1 -> $2 did not resume at step 40"
   "$program" compare "changed-$1-$2.bin" reference.bin 1e-4 || fail "$1 -> $2 workers ended too far from the reference"
