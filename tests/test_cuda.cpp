@@ -76,7 +76,8 @@ TEST_CASE("NVRTC compiles every kernel for sm_75, sm_80 and sm_90 without a GPU"
 
 TEST_CASE("NVRTC compiles the kernel modules of layers and losses for sm_75, sm_80 and sm_90") {
   for (cuda::KernelModule const* module : {&nn::activation_kernels, &nn::dropout_kernels, &nn::loss_kernels,
-                                           &nn::layer_norm_kernels, &nn::residual_kernels}) {
+                                           &nn::layer_norm_kernels, &nn::residual_kernels, &nn::embedding_kernels,
+                                           &nn::attention_kernels}) {
     for (int arch : {75, 80, 90}) {
       CAPTURE(arch);
       CAPTURE(module->name);
@@ -351,6 +352,64 @@ TEST_CASE("gpu: LayerNorm and Residual (their own kernel modules) train as on th
   CHECK(max_difference(cpu, train_normed<OneDevice, Cuda>()) < 2e-4);
   CHECK(max_difference(cpu, train_normed<Mirrored<2>, Cuda>()) < 2e-4);
   CHECK(max_difference(cpu, Normed(23).parameters()) > 1e-3);  // it trained
+}
+
+namespace {
+// Sequences of 3 to 6 of 6 tokens, padded with id 0; the class is whether token 5 or 6
+// appears (test_bert's task). The ids of one sample may be made out of range.
+data::Dataset padded_sequences(int n, float bad_id = 0.0f) {
+  Rng rng(4);
+  Matrix ids = Matrix::Zero(6, n);
+  std::vector<std::int32_t> classes(std::size_t(n), 0);
+  for (int s = 0; s < n; ++s) {
+    int const length = 3 + int(rng() % 4);
+    classes[std::size_t(s)] = int(rng() % 2);
+    ids(0, s) = 2;
+    for (int t = 1; t + 1 < length; ++t) ids(t, s) = float(7 + rng() % 16);
+    ids(1 + int(rng() % std::uint64_t(length - 2)), s) = float(5 + classes[std::size_t(s)]);
+    ids(length - 1, s) = 3;
+  }
+  if (bad_id != 0.0f) ids(2, n - 1) = bad_id;
+  return {ids, classes};
+}
+using GpuBert = Sequential<Bert<2, 32, 4, 64, 23, 6>, BertPooler<32, 6>, Dropout, Dense<32, 2>>;
+template <class... Ps, class Opt>
+std::vector<float> train_bert(Opt const& optimizer, int epochs, int batch) {
+  GpuBert model(9, {}, {}, Dropout{0.1f}, {});
+  Trainer<Ps...> trainer;
+  trainer.fit(model, optimizer, SoftmaxCrossEntropy{}, padded_sequences(48),
+              {.epochs = epochs, .batch_size = batch, .shuffle = true, .seed = 3});
+  return {model.parameters().begin(), model.parameters().end()};
+}
+}  // namespace
+
+// The CPU packs each sample's tokens and drops the padding; the GPU keeps the padded batch
+// and masks the padding's keys (nn/attention_cuda.hpp). With the dropout bits of both the
+// same, the two compute one function: the gradient of every parameter (one step of SGD at
+// rate 1 on the whole set: before - after) and two epochs of AdamW agree in fp32.
+TEST_CASE("gpu: Bert (Embedding, masked SelfAttention, FirstToken) computes the CPU's gradients and trains as on the CPU") {
+  GpuBert const initial(9, {}, {}, Dropout{0.1f}, {});
+  std::vector<float> const w0(initial.parameters().begin(), initial.parameters().end());
+  auto const cpu_step = train_bert<OneDevice>(Sgd{.lr = 1.0f}, 1, 48);
+  auto const gpu_step = train_bert<OneDevice, Cuda>(Sgd{.lr = 1.0f}, 1, 48);
+  double largest = 0.0;
+  for (std::size_t i = 0; i < w0.size(); ++i) largest = std::max(largest, double(std::abs(w0[i] - cpu_step[i])));
+  MESSAGE("gradient: largest component ", largest, ", largest CPU-GPU difference ", max_difference(cpu_step, gpu_step));
+  CHECK(largest > 1e-3);
+  CHECK(max_difference(cpu_step, gpu_step) < 1e-5 * std::max(1.0, largest) + 1e-6);
+
+  auto const cpu = train_bert<OneDevice>(AdamW{.lr = 5e-3f}, 2, 16);
+  CHECK(max_difference(cpu, train_bert<OneDevice, Cuda>(AdamW{.lr = 5e-3f}, 2, 16)) < 2e-4);
+  CHECK(max_difference(cpu, train_bert<Mirrored<2>, Cuda>(AdamW{.lr = 5e-3f}, 2, 16)) < 2e-4);
+  CHECK(max_difference(cpu, w0) > 1e-3);  // it trained
+
+  // A token id outside the vocabulary: the CPU's error, and the weights are left alone.
+  GpuBert model(9);
+  Trainer<OneDevice, Cuda> trainer;
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, padded_sequences(8, 23.0f),
+                                   {.epochs = 1, .batch_size = 8, .shuffle = false}),
+                       "Embedding: token id 23 at position 2 of sample 7 in this batch is not an id in [0, 23)", DataError);
+  CHECK(std::equal(model.parameters().begin(), model.parameters().end(), GpuBert(9).parameters().begin()));
 }
 
 TEST_CASE("gpu: logical Mirrored<2> on one GPU matches OneDevice; clipping, GradAccum and Lamb as on the CPU") {

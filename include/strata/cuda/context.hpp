@@ -58,6 +58,8 @@ class Context {
     partials_ = DeviceBuffer<double>(std::size_t(sum_blocks), device);
     flags_ = DeviceBuffer<Flags>(1, device);
     readback_ = PinnedBuffer<Flags>(1);
+    input_check_ = DeviceBuffer<int>(1, device);
+    input_readback_ = PinnedBuffer<int>(1);
   }
   Context(Context const&) = delete;
   Context& operator=(Context const&) = delete;
@@ -143,6 +145,45 @@ class Context {
     check(cublasGemmEx(cublas_, op_a, op_b, c.rows, c.cols, inner, &alpha, pa, type, std::max(1, a.rows), pb, type,
                        std::max(1, b.rows), &beta, c.data, CUDA_R_32F, std::max(1, c.rows), compute, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
+  }
+
+  // One GEMM per item of a batch, on float matrices `stride_*` floats apart (attention's
+  // per-sample products): c_i = alpha * op(a_i) * op(b_i) + beta * c_i, column-major, m x n
+  // with inner size k. Inputs stay float; bf16 and fp16 contexts let cuBLAS round them to
+  // 16 bits inside the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF / _16F), tf32 likewise.
+  struct Strided {
+    float const* data;
+    int ld;
+    long long stride;
+  };
+  void gemm_batched(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, Strided a, Strided b, float beta,
+                    float* c, int ldc, long long stride_c, int batch) {
+    if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    switch (precision_) {
+      case GemmPrecision::tf32: compute = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+      case GemmPrecision::bf16: compute = CUBLAS_COMPUTE_32F_FAST_16BF; break;
+      case GemmPrecision::fp16: compute = CUBLAS_COMPUTE_32F_FAST_16F; break;
+      default: break;
+    }
+    check(cublasGemmStridedBatchedEx(cublas_, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a.data, CUDA_R_32F, a.ld,
+                                     a.stride, b.data, CUDA_R_32F, b.ld, b.stride, &beta, c, CUDA_R_32F, ldc, stride_c,
+                                     batch, compute, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmStridedBatchedEx");
+  }
+
+  // An input check on the device (a bad token id): reset, let kernels atomicMin the first
+  // bad index into input_check(), then read it (one wait). Apart from the flags, which the
+  // deferred loss owns during a step.
+  int* input_check() { return input_check_.data(); }
+  void reset_input_check() {
+    check(cudaMemsetAsync(input_check_.data(), 0x7f, sizeof(int), stream()), "cudaMemsetAsync");
+  }
+  [[nodiscard]] int read_input_check() {
+    copy_to_host(input_readback_.data(), input_check_.data(), 1, stream());
+    synchronize();
+    return *input_readback_.data();
   }
 
   // out = beta * out + sum over columns of x (a GEMV with a vector of ones).
@@ -249,6 +290,8 @@ class Context {
   DeviceBuffer<double> partials_;
   DeviceBuffer<Flags> flags_;
   PinnedBuffer<Flags> readback_;
+  DeviceBuffer<int> input_check_;
+  PinnedBuffer<int> input_readback_;
   Deferred deferred_;
 };
 

@@ -13,7 +13,8 @@
 // each sample's own number, one sample after another. Attention then runs over exactly the
 // real tokens, which is what a padding mask computes, without the padding's work. Dropout on
 // the probabilities follows each probability's place in the global batch, so sharding and
-// packing draw the same mask.
+// packing draw the same mask. On Cuda (nn/attention_cuda.hpp) Bert does not pack: every
+// sample keeps `length` columns and the lengths mask the padding's keys instead.
 //
 // The four projections are Dense-like blocks (kernel (In, Out) row-major, then bias).
 
@@ -47,7 +48,7 @@ struct AttentionViews {
 
 template <class B>
 struct AttentionMath {
-  static_assert(policy::dependent_false<B>, "strata::SelfAttention: no math for this backend (only the Cpu one is built; docs/bert.md)");
+  static_assert(policy::dependent_false<B>, "strata::SelfAttention: no math for this backend; include its device header (strata/cuda.hpp for Cuda)");
 };
 
 template <>
@@ -58,6 +59,13 @@ struct AttentionMath<CpuBackend> {
   // d x length, leading dimension Hidden.
   static Strided head(MatrixView m, std::size_t first, int h, int d, int length) {
     return {m.data + first * std::size_t(m.rows) + std::size_t(h) * std::size_t(d), d, length, Eigen::OuterStride<>(m.rows)};
+  }
+
+  // The samples' lengths into `kept` (what backward reads): the packed ones given, or
+  // `length` for every sample.
+  static void keep_lengths(float const* given, MatrixView kept, int length) {
+    if (given) std::copy_n(given, kept.cols, kept.data);
+    else std::fill_n(kept.data, kept.cols, float(length));
   }
 
   // Calls f(sample, first column, tokens, first float of its probability blocks) for each
@@ -189,15 +197,10 @@ struct SelfAttention {
   template <class B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const& context) const {
     AttentionViews const a = views(scratch);
-    // Packed sequences keep their lengths for backward; otherwise every sample has `length`.
+    // Bert's sequence lengths are kept for backward; otherwise every sample has `length`.
     int const samples = context.sequence_lengths ? scratch[lengths_].cols : x.cols / a.length;
-    float const* lengths = nullptr;
-    if (context.sequence_lengths) {
-      std::copy_n(context.sequence_lengths, samples, scratch[lengths_].data);
-      lengths = scratch[lengths_].data;
-    } else {
-      std::fill_n(scratch[lengths_].data, scratch[lengths_].cols, float(a.length));
-    }
+    AttentionMath<B>::keep_lengths(context.sequence_lengths, scratch[lengths_], a.length);
+    float const* lengths = context.sequence_lengths ? scratch[lengths_].data : nullptr;
     for (std::size_t p = 0; p < 3; ++p) project<B>(params, p, x, scratch[q_ + p]);
     AttentionMath<B>::forward(a, lengths, samples, dropout, context.training, context.seed, context.first_sample);
     project<B>(params, 3, a.context, y);

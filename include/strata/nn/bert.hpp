@@ -14,13 +14,16 @@
 //
 // Bert counts each sample's tokens before its padding (ids equal to pad_id at the end) and
 // runs the encoder on those alone, packed: the padding costs no work (attention over the
-// real tokens is what BertModel's padding mask computes).
+// real tokens is what BertModel's padding mask computes). On Cuda (nn/bert_cuda.hpp) the
+// lengths are counted on the device and the batch stays padded: attention masks the
+// padding's keys, and the output and its gradient are zero at the padding, as on the CPU.
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -69,6 +72,13 @@ auto bert_chain(std::index_sequence<I...>)
     -> Chain<Embedding<Vocab, Hidden, MaxLen>, LayerNorm, Dropout, std::conditional_t<(I >= 0), Layer, void>...>;
 }  // namespace detail
 
+// A device's Bert padding (nn/bert_cuda.hpp): each sample's length from its ids, and a
+// matrix with the columns at and after each sample's length set to zero.
+template <class B>
+struct BertPadding {
+  static_assert(policy::dependent_false<B>, "strata::Bert: no padding math for this backend; include its device header");
+};
+
 template <int Layers, int Hidden, int Heads, int Intermediate, int Vocab, int MaxLen>
 class Bert {
   static_assert(Layers >= 1, "strata::Bert<Layers, ...>: give at least one encoder layer");
@@ -116,12 +126,27 @@ class Bert {
 
   void initialize(float* params, int width, Rng& rng) const { chain_.initialize(params, width, rng); }
 
-  // The encoder runs on the real tokens only, packed one sample after another (the padding
-  // is never computed: nothing reads it, since attention masks it and the pooler reads the
-  // first token); its output is then spread back to MaxLen columns per sample, zero at the
-  // padding.
+  // On the CPU the encoder runs on the real tokens only, packed one sample after another
+  // (the padding is never computed: nothing reads it, since attention masks it and the
+  // pooler reads the first token); its output is then spread back to MaxLen columns per
+  // sample, zero at the padding. On a device it runs padded and masked (forward_padded).
   template <class B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const& context) const {
+    if constexpr (std::is_same_v<B, CpuBackend>) forward_packed<B>(params, x, y, scratch, context);
+    else forward_padded<B>(params, x, y, scratch, context);
+  }
+
+  template <class B>
+  void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView y, Scratch scratch,
+                ConstMatrixView dy, MatrixView dx, bool accumulate) const {
+    if constexpr (std::is_same_v<B, CpuBackend>) backward_packed<B>(params, grads, x, y, scratch, dy, dx, accumulate);
+    else backward_padded<B>(params, grads, x, y, scratch, dy, dx, accumulate);
+  }
+
+ private:
+  template <class B>
+  void forward_packed(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch,
+                      ForwardContext const& context) const {
     MatrixView const lengths = scratch[lengths_], positions = scratch[positions_];
     int tokens = 0;
     for (int s = 0; s < x.cols; ++s) {
@@ -144,8 +169,8 @@ class Bert {
   }
 
   template <class B>
-  void backward(float const* params, float* grads, ConstMatrixView x, ConstMatrixView y, Scratch scratch,
-                ConstMatrixView dy, MatrixView dx, bool accumulate) const {
+  void backward_packed(float const* params, float* grads, ConstMatrixView x, ConstMatrixView y, Scratch scratch,
+                       ConstMatrixView dy, MatrixView dx, bool accumulate) const {
     MatrixView const lengths = scratch[lengths_];
     float* packed_dy = scratch[packed_gradient_].data;
     int tokens = 0;
@@ -161,7 +186,30 @@ class Bert {
                                 ConstMatrixView{packed_dy, Hidden, tokens}, dx, accumulate);
   }
 
- private:
+  // On a device: every column computed, the lengths (counted there) mask attention's keys,
+  // and the padding's output and gradient are zero, as packing leaves them.
+  template <class B>
+  void forward_padded(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch,
+                      ForwardContext const& context) const {
+    MatrixView const lengths = scratch[lengths_];
+    BertPadding<B>::lengths(x, lengths, options_.pad_id);
+    ForwardContext inner = context;
+    inner.sequence_lengths = lengths.data;
+    inner.column_positions = nullptr;  // column j is token j % MaxLen of its sample, as the CPU's positions say
+    auto const views = packed(scratch, x.cols * MaxLen);
+    chain_.template forward<B>(params, x, y, Scratch(views), inner);
+    BertPadding<B>::zero_padding(y, y, lengths.data, MaxLen);
+  }
+
+  template <class B>
+  void backward_padded(float const* params, float* grads, ConstMatrixView x, ConstMatrixView y, Scratch scratch,
+                       ConstMatrixView dy, MatrixView dx, bool accumulate) const {
+    MatrixView const masked_dy{scratch[packed_gradient_].data, Hidden, dy.cols};
+    BertPadding<B>::zero_padding(dy, masked_dy, scratch[lengths_].data, MaxLen);
+    auto const views = packed(scratch, x.cols * MaxLen);
+    chain_.template backward<B>(params, grads, x, y, Scratch(views), masked_dy, dx, accumulate);
+  }
+
   // The chain's scratch views for `tokens` packed columns: a buffer of so many columns per
   // token keeps its rows and gets that many columns per packed token; a per-sample one is
   // left as it is.
@@ -188,7 +236,7 @@ class Bert {
 
 template <class B>
 struct FirstTokenMath {
-  static_assert(policy::dependent_false<B>, "strata::FirstToken: no math for this backend (only the Cpu one is built; docs/bert.md)");
+  static_assert(policy::dependent_false<B>, "strata::FirstToken: no math for this backend; include its device header (strata/cuda.hpp for Cuda)");
 };
 template <>
 struct FirstTokenMath<CpuBackend> {

@@ -39,7 +39,7 @@ inline int sequence_length(ConstMatrixView ids, int s, int pad_id) {
 
 template <class B>
 struct EmbeddingMath {
-  static_assert(policy::dependent_false<B>, "strata::Embedding: no math for this backend (only the Cpu one is built; docs/bert.md)");
+  static_assert(policy::dependent_false<B>, "strata::Embedding: no math for this backend; include its device header (strata/cuda.hpp for Cuda)");
 };
 
 // The tables of one Embedding: `hidden` floats per row.
@@ -55,11 +55,15 @@ struct EmbeddingMath<CpuBackend> {
   // The id at (position t, sample s), or a DataError naming both.
   static int token_id(ConstMatrixView ids, int t, int s, int vocab) {
     float const v = ids.data[std::size_t(s) * std::size_t(ids.rows) + std::size_t(t)];
-    if (!(v >= 0.0f && v < float(vocab) && v == std::floor(v)))
-      throw DataError(strata::detail::message("Embedding: token id ", v, " at position ", t, " of sample ", s,
-                                              " in this batch is not an id in [0, ", vocab, ")"));
+    if (!(v >= 0.0f && v < float(vocab) && v == std::floor(v))) throw bad_id(v, t, s, vocab);
     return int(v);
   }
+  static DataError bad_id(float v, int t, int s, int vocab) {
+    return DataError(strata::detail::message("Embedding: token id ", v, " at position ", t, " of sample ", s,
+                                             " in this batch is not an id in [0, ", vocab, ")"));
+  }
+
+  static void zero(MatrixView m) { std::fill_n(m.data, m.size(), 0.0f); }
 
   // Output column by column: each sample's first `length` tokens (all of them, or those
   // before its padding when pad_id >= 0), one sample after another.
@@ -149,7 +153,7 @@ struct Embedding {
                 MatrixView dx, bool accumulate) const {
     EmbeddingMath<B>::backward(x, dy, tables(params), pad_id, grads, grads + word_floats,
                                grads + word_floats + position_floats, MaxLen, Segments, accumulate);
-    if (dx.data != nullptr) std::fill_n(dx.data, dx.size(), 0.0f);
+    if (dx.data != nullptr) EmbeddingMath<B>::zero(dx);
   }
 
  private:
