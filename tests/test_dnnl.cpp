@@ -11,6 +11,8 @@
 #include <cstring>
 
 #include <array>
+#include <bit>
+#include <limits>
 #include <cmath>
 #include <vector>
 
@@ -160,6 +162,36 @@ TEST_CASE("bf16: a product whose input lies in the bound bf16 copy reads the cop
   CHECK(product(weights) == 2.0f * rounding);
   Matrix const elsewhere = weights;
   CHECK(product(elsewhere) == rounding);
+}
+
+TEST_CASE("bf16: the one-pass refresh of the rounded weights and their bf16 copy gives the bits of the two passes") {
+  // Random values across the exponent range, ties, subnormals, zeros, infinities, NaNs, and
+  // a length that leaves a tail after the 32-wide blocks.
+  Rng rng(8);
+  std::vector<float> in(1000 + 7);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    in[i] = std::ldexp(rng.uniform() - 0.5f, int(rng() % 80) - 40);
+  float const special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(), std::nanf(""), -std::nanf(""),
+                           std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),  // ties to even
+                           std::bit_cast<float>(0x7f7fffffu), std::bit_cast<float>(0x7f800001u)};
+  for (std::size_t k = 0; k < std::size(special); ++k) {
+    in[k * 13] = special[k];
+    in[in.size() - 1 - k / 2] = special[k];  // some in the tail
+  }
+  std::vector<float> two_pass = in;
+  std::vector<bf16> two_pass_halves(in.size());
+  round_to<bf16>(two_pass.data(), two_pass.size());
+  round_to_product_bf16(two_pass_halves.data(), two_pass.data(), two_pass.size());
+  // The rounded floats 64-byte aligned (written with streaming stores) and not.
+  for (std::size_t offset : {std::size_t(0), std::size_t(1)}) {
+    CAPTURE(offset);
+    AlignedBuffer rounded(in.size() + 1);
+    std::vector<bf16> halves(in.size());
+    round_with_bf16_copy(rounded.data() + offset, halves.data(), in.data(), in.size());
+    CHECK(std::memcmp(rounded.data() + offset, two_pass.data(), in.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(halves.data(), two_pass_halves.data(), in.size() * sizeof(bf16)) == 0);
+  }
 }
 
 TEST_CASE("bf16: refreshing the bf16 copy chunk by chunk in the fused update gives the bits of refreshing after it") {

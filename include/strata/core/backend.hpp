@@ -44,6 +44,21 @@ inline void round_to_product_bf16(bf16* out, float const* in, std::size_t n) {
   store<bf16>(out, in, n);
 }
 
+// rounded[i] = in[i] rounded to bf16 (kept as float, round_to<bf16>'s bits) and out[i] =
+// its bf16 product copy (round_to_product_bf16 of it), in one pass: how the trainer's
+// rounded weights and their copy for the products are refreshed together.
+inline void round_with_bf16_copy(float* rounded, bf16* out, float const* in, std::size_t n) {
+#if defined(STRATA_DNNL)
+  if (bf16_products_available()) {
+    detail::round_with_bf16_copy_avx512(rounded, out, in, n);
+    return;
+  }
+#endif
+  std::copy_n(in, n, rounded);
+  round_to<bf16>(rounded, n);
+  store<bf16>(out, rounded, n);
+}
+
 enum class Transpose { no, yes };
 
 // Whether a label stored as float is a class index in [0, classes): the one test both the

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,50 @@ __attribute__((target("avx512f,avx512bf16"))) inline void to_bf16_avx512(bf16* o
     _mm512_storeu_si512(out + i, reinterpret_cast<__m512i const&>(packed));
   }
   for (; i < n; ++i) out[i].bits = bf16::from_float(in[i]);
+}
+
+// x rounded to bf16 and widened back to float, 16 lanes: bf16::from_float's integer rounding
+// (nearest even, NaN kept quiet), so the bits are round_to<bf16>'s.
+__attribute__((target("avx512f"))) inline __m512 round_bf16_lanes(__m512 x) {
+  // (The zero-masked shifts: GCC 12's plain ones start from an "undefined" packet it then
+  // warns about, bug 105593; all 16 lanes are kept, so the result is the same.)
+  __mmask16 constexpr all = 0xffff;
+  __m512i const u = _mm512_castps_si512(x);
+  __m512i const lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(1));
+  __m512i const rounded =
+      _mm512_maskz_srli_epi32(all, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  __mmask16 const nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  __m512i const quiet = _mm512_or_si512(_mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_mask_blend_epi32(nan, rounded, quiet), 16));
+}
+
+// In one pass over `in`: rounded[i] = in[i] rounded to bf16 (as float), and out[i] = that
+// value converted as to_bf16_avx512 converts it. The same bits as round_to<bf16> followed
+// by to_bf16_avx512, with `in` read once and nothing read back. `rounded` is written past
+// the caches where it is aligned (non-temporal stores: the next step's products read
+// `out`, not it, so it need not displace anything); `out` stays cached for them.
+__attribute__((target("avx512f,avx512bf16"))) inline void round_with_bf16_copy_avx512(float* rounded, bf16* out,
+                                                                                       float const* in, std::size_t n) {
+  std::size_t i = 0;
+  bool const streamed = reinterpret_cast<std::uintptr_t>(rounded) % 64 == 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 const low = round_bf16_lanes(_mm512_loadu_ps(in + i)), high = round_bf16_lanes(_mm512_loadu_ps(in + i + 16));
+    if (streamed) {
+      _mm512_stream_ps(rounded + i, low);
+      _mm512_stream_ps(rounded + i + 16, high);
+    } else {
+      _mm512_storeu_ps(rounded + i, low);
+      _mm512_storeu_ps(rounded + i + 16, high);
+    }
+    __m512bh const packed = _mm512_cvtne2ps_pbh(high, low);
+    _mm512_storeu_si512(out + i, reinterpret_cast<__m512i const&>(packed));
+  }
+  if (streamed) _mm_sfence();
+  for (; i < n; ++i) {
+    rounded[i] = float(bf16(in[i]));
+    out[i].bits = bf16::from_float(rounded[i]);
+  }
 }
 
 // The bf16 products of one thread: a matmul primitive per product shape (made once, reused

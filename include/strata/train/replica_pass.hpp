@@ -132,10 +132,15 @@ class ReplicaWeights<policy::Cpu, T> {
 
   // After the host weights [begin, end) changed.
   void refresh(std::size_t begin, std::size_t end) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (!halves_.empty()) {  // both copies in one pass over the fresh weights
+        round_with_bf16_copy(copy_.data() + begin, halves_.data() + begin, host_.data() + begin, end - begin);
+        return;
+      }
+    }
     if constexpr (rounded) {
       std::copy(host_.data() + begin, host_.data() + end, copy_.data() + begin);
       round_to<T>(copy_.data() + begin, end - begin);
-      if (!halves_.empty()) round_to_product_bf16(halves_.data() + begin, copy_.data() + begin, end - begin);
     }
   }
   [[nodiscard]] float const* operator()(int /*replica*/) const {
