@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "marker_sequences.hpp"
 #include "message_of.hpp"
 #include "real_data_main.hpp"
 #include "strata.hpp"
@@ -213,19 +214,7 @@ TEST_CASE("a config or checkpoint that differs from the model type is an error n
 }
 
 TEST_CASE("a small BERT trains with the trainer, and Mirrored<2> trains it as one replica does") {
-  // Sequences whose class is whether token 5 or token 6 appears: learnable from the tokens.
-  Rng rng(4);
-  int const n = 96;
-  Matrix ids = Matrix::Zero(6, n);
-  std::vector<std::int32_t> classes(n);
-  for (int s = 0; s < n; ++s) {
-    int const length = 3 + int(rng() % 4);
-    classes[std::size_t(s)] = int(rng() % 2);
-    ids(0, s) = 2;
-    for (int t = 1; t + 1 < length; ++t) ids(t, s) = float(7 + rng() % 16);
-    ids(1 + int(rng() % std::uint64_t(length - 2)), s) = float(5 + classes[std::size_t(s)]);
-    ids(length - 1, s) = 3;
-  }
+  auto const [ids, classes] = marker_sequences(96);
   data::Dataset const data(ids, classes);
   // CI's configuration: 2 layers, hidden 64, 4 heads, random initialisation.
   using Small = Bert<2, 64, 4, 128, 23, 6>;

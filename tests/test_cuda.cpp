@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu_main.hpp"
+#include "marker_sequences.hpp"
 #include "random_matrix.hpp"
 #include "strata.hpp"
 #include "strata/cuda.hpp"
@@ -355,20 +356,9 @@ TEST_CASE("gpu: LayerNorm and Residual (their own kernel modules) train as on th
 }
 
 namespace {
-// Sequences of 3 to 6 of 6 tokens, padded with id 0; the class is whether token 5 or 6
-// appears (test_bert's task). The ids of one sample may be made out of range.
+// test_bert's sequences (marker_sequences.hpp); the ids of the last sample may be made out of range.
 data::Dataset padded_sequences(int n, float bad_id = 0.0f) {
-  Rng rng(4);
-  Matrix ids = Matrix::Zero(6, n);
-  std::vector<std::int32_t> classes(std::size_t(n), 0);
-  for (int s = 0; s < n; ++s) {
-    int const length = 3 + int(rng() % 4);
-    classes[std::size_t(s)] = int(rng() % 2);
-    ids(0, s) = 2;
-    for (int t = 1; t + 1 < length; ++t) ids(t, s) = float(7 + rng() % 16);
-    ids(1 + int(rng() % std::uint64_t(length - 2)), s) = float(5 + classes[std::size_t(s)]);
-    ids(length - 1, s) = 3;
-  }
+  auto [ids, classes] = marker_sequences(n);
   if (bad_id != 0.0f) ids(2, n - 1) = bad_id;
   return {ids, classes};
 }
