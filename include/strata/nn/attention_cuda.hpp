@@ -107,21 +107,21 @@ inline constexpr std::array<char const*, 5> attention_kernel_names = {
 inline constexpr cuda::KernelModule attention_kernels{"SelfAttention", cuda::source_text(detail::attention_source),
                                                       detail::attention_kernel_names};
 
-template <>
-struct AttentionMath<CudaBackend> {
-  enum Kernel : std::size_t { softmax, dropout_kernel, masked, softmax_backward, fill };
-  using Strided = cuda::Context::Strided;
+// The order of the work, over an executor `E` that runs one GEMM batch
+// (`gemm_batched(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c, ldc, stride_c,
+// batch)`, cuda::Context's) and one kernel of the module (`launch<AttentionKernel>(n,
+// args...)`): the device's executor below, and tests/test_kernels_on_host.cpp's, which runs
+// the same kernels' text on the CPU.
+enum AttentionKernel : std::size_t { attention_softmax, attention_dropout, attention_masked, attention_softmax_backward,
+                                     attention_fill };
+using StridedFloats = cuda::Context::Strided;
 
-  // The samples' lengths into `kept` (a device row): Bert's, or `length` for every sample.
-  static void keep_lengths(float const* given, MatrixView kept, int length) {
-    auto& c = CudaBackend::ctx();
-    if (given) cuda::copy_on_device(kept.data, given, std::size_t(kept.cols), c.stream());
-    else c.launch(attention_kernels, fill, kept.cols, kept.data, (long long)kept.cols, float(length));
-  }
+template <class E>
+struct AttentionSteps {
+  using Strided = StridedFloats;
 
-  static void forward(AttentionViews const& a, float const* lengths, int samples, float dropout, bool training,
+  static void forward(E& e, AttentionViews const& a, float const* lengths, int samples, float dropout, bool training,
                       std::uint64_t seed, std::int64_t first_sample) {
-    auto& c = CudaBackend::ctx();
     int const d = a.q.rows / a.heads, L = a.length, H = a.q.rows;
     float const scale = 1.0f / std::sqrt(float(d));
     bool const drop = training && dropout > 0.0f;
@@ -130,56 +130,88 @@ struct AttentionMath<CudaBackend> {
       long long const head = (long long)h * d;
       float* p = a.probabilities.data + h * block;
       // Scores: keys x queries, K_h^T Q_h per sample.
-      c.gemm_batched(true, false, L, L, d, 1.0f, {a.k.data + head, H, hidden_stride}, {a.q.data + head, H, hidden_stride},
-                     0.0f, p, L, sample_blocks, samples);
-      c.launch(attention_kernels, softmax, (long long)samples * L, a.probabilities.data, lengths, a.heads, h, L,
-               (long long)samples, scale);
+      e.gemm_batched(true, false, L, L, d, 1.0f, Strided{a.k.data + head, H, hidden_stride},
+                     Strided{a.q.data + head, H, hidden_stride}, 0.0f, p, L, sample_blocks, samples);
+      e.template launch<attention_softmax>((long long)samples * L, a.probabilities.data, lengths, a.heads, h, L,
+                                           (long long)samples, scale);
       Strided probabilities{p, L, sample_blocks};
       if (drop) {
-        c.launch(attention_kernels, dropout_kernel, (long long)samples * block, static_cast<float const*>(a.probabilities.data),
-                 a.dropout_mask.data, a.work.data, a.heads, h, L, (long long)samples, dropout, (unsigned long long)seed,
-                 (long long)first_sample);
+        e.template launch<attention_dropout>((long long)samples * block, static_cast<float const*>(a.probabilities.data),
+                                             a.dropout_mask.data, a.work.data, a.heads, h, L, (long long)samples,
+                                             dropout, (unsigned long long)seed, (long long)first_sample);
         probabilities = {a.work.data, L, block};
       }
-      c.gemm_batched(false, false, d, L, L, 1.0f, {a.v.data + head, H, hidden_stride}, probabilities, 0.0f,
+      e.gemm_batched(false, false, d, L, L, 1.0f, Strided{a.v.data + head, H, hidden_stride}, probabilities, 0.0f,
                      a.context.data + head, H, hidden_stride, samples);
     }
   }
 
-  static void backward(AttentionViews const& a, float const* /*lengths: the zeros of P mask*/, int samples,
-                       ConstMatrixView d_context, MatrixView dq, MatrixView dk, MatrixView dv, bool dropped) {
-    auto& c = CudaBackend::ctx();
+  static void backward(E& e, AttentionViews const& a, int samples, ConstMatrixView d_context, MatrixView dq,
+                       MatrixView dk, MatrixView dv, bool dropped) {
     int const d = a.q.rows / a.heads, L = a.length, H = a.q.rows;
     float const scale = 1.0f / std::sqrt(float(d));
     long long const hidden_stride = (long long)L * H, block = (long long)L * L, sample_blocks = block * a.heads;
     float const* probabilities = a.probabilities.data;
+    float const* mask = a.dropout_mask.data;
     for (int h = 0; h < a.heads; ++h) {
       long long const head = (long long)h * d;
       Strided const dc{d_context.data + head, H, hidden_stride};
       Strided used{probabilities + h * block, L, sample_blocks};  // P as forward used it
       if (dropped) {
-        c.launch(attention_kernels, masked, (long long)samples * block, probabilities, static_cast<float const*>(a.dropout_mask.data),
-                 a.work.data, a.heads, h, L, (long long)samples, 0);
+        e.template launch<attention_masked>((long long)samples * block, probabilities, mask, a.work.data, a.heads, h, L,
+                                            (long long)samples, 0);
         used = {a.work.data, L, block};
       }
       // dV_h = dC_h P^T; then W = V_h^T dC_h, the gradient of the (dropped) probabilities.
-      c.gemm_batched(false, true, d, L, L, 1.0f, dc, used, 0.0f, dv.data + head, H, hidden_stride, samples);
-      c.gemm_batched(true, false, L, L, d, 1.0f, {a.v.data + head, H, hidden_stride}, dc, 0.0f, a.work.data, L, block,
-                     samples);
+      e.gemm_batched(false, true, d, L, L, 1.0f, dc, used, 0.0f, dv.data + head, H, hidden_stride, samples);
+      e.gemm_batched(true, false, L, L, d, 1.0f, Strided{a.v.data + head, H, hidden_stride}, dc, 0.0f, a.work.data, L,
+                     block, samples);
       if (dropped)
-        c.launch(attention_kernels, masked, (long long)samples * block, probabilities,
-                 static_cast<float const*>(a.dropout_mask.data), a.work.data, a.heads, h, L, (long long)samples, 1);
-      c.launch(attention_kernels, softmax_backward, (long long)samples * L, probabilities, a.work.data, a.heads, h, L,
-               (long long)samples, scale);
+        e.template launch<attention_masked>((long long)samples * block, probabilities, mask, a.work.data, a.heads, h, L,
+                                            (long long)samples, 1);
+      e.template launch<attention_softmax_backward>((long long)samples * L, probabilities, a.work.data, a.heads, h, L,
+                                                    (long long)samples, scale);
       // dQ_h = K_h W, dK_h = Q_h W^T.
       Strided const w{a.work.data, L, block};
-      c.gemm_batched(false, false, d, L, L, 1.0f, {a.k.data + head, H, hidden_stride}, w, 0.0f, dq.data + head, H,
-                     hidden_stride, samples);
-      c.gemm_batched(false, true, d, L, L, 1.0f, {a.q.data + head, H, hidden_stride}, w, 0.0f, dk.data + head, H,
-                     hidden_stride, samples);
+      e.gemm_batched(false, false, d, L, L, 1.0f, Strided{a.k.data + head, H, hidden_stride}, w, 0.0f, dq.data + head,
+                     H, hidden_stride, samples);
+      e.gemm_batched(false, true, d, L, L, 1.0f, Strided{a.q.data + head, H, hidden_stride}, w, 0.0f, dk.data + head,
+                     H, hidden_stride, samples);
     }
   }
+};
 
+// The device's executor: the bound context's cuBLAS and this module's kernels.
+struct CudaAttentionExecutor {
+  cuda::Context& context;
+  void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, StridedFloats a, StridedFloats b, float beta,
+                    float* c, int ldc, long long stride_c, int batch) {
+    context.gemm_batched(ta, tb, m, n, k, alpha, a, b, beta, c, ldc, stride_c, batch);
+  }
+  template <AttentionKernel K, class... Args>
+  void launch(long long n, Args... args) {
+    context.launch(attention_kernels, K, std::int64_t(n), args...);
+  }
+};
+
+template <>
+struct AttentionMath<CudaBackend> {
+  // The samples' lengths into `kept` (a device row): Bert's, or `length` for every sample.
+  static void keep_lengths(float const* given, MatrixView kept, int length) {
+    auto& c = CudaBackend::ctx();
+    if (given) cuda::copy_on_device(kept.data, given, std::size_t(kept.cols), c.stream());
+    else c.launch(attention_kernels, attention_fill, kept.cols, kept.data, (long long)kept.cols, float(length));
+  }
+  static void forward(AttentionViews const& a, float const* lengths, int samples, float dropout, bool training,
+                      std::uint64_t seed, std::int64_t first_sample) {
+    CudaAttentionExecutor e{CudaBackend::ctx()};
+    AttentionSteps<CudaAttentionExecutor>::forward(e, a, lengths, samples, dropout, training, seed, first_sample);
+  }
+  static void backward(AttentionViews const& a, float const* /*lengths: the zeros of P mask*/, int samples,
+                       ConstMatrixView d_context, MatrixView dq, MatrixView dk, MatrixView dv, bool dropped) {
+    CudaAttentionExecutor e{CudaBackend::ctx()};
+    AttentionSteps<CudaAttentionExecutor>::backward(e, a, samples, d_context, dq, dk, dv, dropped);
+  }
 };
 
 }  // namespace strata::nn

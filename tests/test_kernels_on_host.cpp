@@ -1,0 +1,204 @@
+// The Cuda kernels of BERT's layers, run on the CPU: their text, cut out of the headers at
+// configure time (tests/CMakeLists.txt), compiled here as C++ with one thread standing in
+// for the grid, and driven by the same AttentionSteps as on the device, with a plain GEMM
+// standing in for cuBLAS. Checked against strata's CPU math, which packs the tokens where
+// the device masks the padding. This is what CI can check of the device code without a
+// GPU; `test_cuda --gpu` checks the real thing.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "strata.hpp"
+#include "strata/cuda.hpp"
+
+using namespace strata;
+
+// What the kernels' text needs of CUDA, for one thread.
+typedef unsigned long long u64;
+typedef long long i64;
+#undef __global__  // (the CUDA headers define these for their compiler)
+#undef __device__
+#undef __forceinline__
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define GRID_LOOP(i, n) for (i64 i = 0; i < (n); ++i)
+inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
+inline u64 mix64(u64 x) {  // the device prelude's (and core/random.hpp's) hash
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+inline u64 mix64(u64 a, u64 b) { return mix64(a ^ mix64(b)); }
+inline float uniform01(u64 bits) { return float(bits >> 40) * (1.0f / 16777216.0f); }
+inline int atomicMin(int* at, int value) {
+  int const old = *at;
+  *at = std::min(old, value);
+  return old;
+}
+#include "attention_body.inc"
+#include "embedding_body.inc"
+
+namespace {
+
+// cuBLAS's strided-batched GEMM, column-major, summed in double.
+struct HostExecutor {
+  void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, nn::StridedFloats a, nn::StridedFloats b,
+                    float beta, float* c, int ldc, long long stride_c, int batch) {
+    for (int x = 0; x < batch; ++x)
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double sum = 0.0;
+          for (int p = 0; p < k; ++p) {
+            float const av = ta ? a.data[x * a.stride + i * i64(a.ld) + p] : a.data[x * a.stride + p * i64(a.ld) + i];
+            float const bv = tb ? b.data[x * b.stride + p * i64(b.ld) + j] : b.data[x * b.stride + j * i64(b.ld) + p];
+            sum += double(av) * double(bv);
+          }
+          float& out = c[x * stride_c + j * i64(ldc) + i];
+          out = float(alpha * sum + (beta == 0.0f ? 0.0 : double(beta) * out));
+        }
+  }
+  template <nn::AttentionKernel K, class... Args>
+  void launch(long long, Args... args) {
+    if constexpr (K == nn::attention_softmax) strata_attention_softmax(args...);
+    else if constexpr (K == nn::attention_dropout) strata_attention_dropout(args...);
+    else if constexpr (K == nn::attention_masked) strata_attention_masked(args...);
+    else if constexpr (K == nn::attention_softmax_backward) strata_attention_softmax_backward(args...);
+    else strata_attention_fill(args...);
+  }
+};
+
+std::vector<float> random_floats(Rng& rng, std::size_t n) {
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.uniform() - 0.5f;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("SelfAttention's device steps, on the CPU: the packed CPU math at the tokens, zeros at the padding") {
+  int const hidden = 8, heads = 2, L = 6, samples = 3;
+  std::int64_t const first_sample = 5;
+  std::vector<float> const lengths = {4, 6, 2};
+  Rng rng(3);
+  auto const q = random_floats(rng, hidden * L * samples), k = random_floats(rng, hidden * L * samples),
+             v = random_floats(rng, hidden * L * samples);
+  auto dc = random_floats(rng, hidden * L * samples);
+  auto padding = [&](int s, int t) { return t >= int(lengths[std::size_t(s)]); };
+  for (int s = 0; s < samples; ++s)  // Bert zeroes the padding's incoming gradient
+    for (int t = 0; t < L; ++t)
+      if (padding(s, t)) std::fill_n(dc.begin() + (s * L + t) * hidden, hidden, 0.0f);
+  auto pack = [&](std::vector<float> const& x) {
+    std::vector<float> out;
+    for (int s = 0; s < samples; ++s)
+      for (int t = 0; t < L; ++t)
+        if (!padding(s, t)) out.insert(out.end(), x.begin() + (s * L + t) * hidden, x.begin() + (s * L + t + 1) * hidden);
+    return out;
+  };
+  int const tokens = int(pack(q).size()) / hidden;
+  for (float const rate : {0.0f, 0.3f}) {
+    CAPTURE(rate);
+    bool const drop = rate > 0.0f;
+    std::size_t const n = std::size_t(hidden) * L * samples, blocks = std::size_t(samples) * heads * L * L;
+    // The device's layout, padded.
+    std::vector<float> p(blocks), mask(blocks), work(std::size_t(samples) * L * L), c(n), dq(n), dk(n), dv(n);
+    nn::AttentionViews const padded{{const_cast<float*>(q.data()), hidden, L * samples},
+                                    {const_cast<float*>(k.data()), hidden, L * samples},
+                                    {const_cast<float*>(v.data()), hidden, L * samples},
+                                    {c.data(), hidden, L * samples},
+                                    {p.data(), L, L * heads * samples},
+                                    {mask.data(), L, L * heads * samples},
+                                    {work.data(), L, L * samples},
+                                    heads,
+                                    L};
+    HostExecutor e;
+    nn::AttentionSteps<HostExecutor>::forward(e, padded, lengths.data(), samples, rate, drop, 77, first_sample);
+    nn::AttentionSteps<HostExecutor>::backward(e, padded, samples, ConstMatrixView{dc.data(), hidden, L * samples},
+                                               {dq.data(), hidden, L * samples}, {dk.data(), hidden, L * samples},
+                                               {dv.data(), hidden, L * samples}, drop);
+    // The CPU's, packed.
+    auto pq = pack(q), pk = pack(k), pv = pack(v), pdc = pack(dc);
+    std::vector<float> cp(blocks), cmask(blocks), cwork(std::size_t(L) * L), cc(std::size_t(hidden) * tokens),
+        cdq(cc.size()), cdk(cc.size()), cdv(cc.size());
+    nn::AttentionViews const packed{{pq.data(), hidden, tokens},        {pk.data(), hidden, tokens},
+                                    {pv.data(), hidden, tokens},        {cc.data(), hidden, tokens},
+                                    {cp.data(), L, L * heads * samples}, {cmask.data(), L, L * heads * samples},
+                                    {cwork.data(), L, L},               heads,
+                                    L};
+    nn::AttentionMath<CpuBackend>::forward(packed, lengths.data(), samples, rate, drop, 77, first_sample);
+    nn::AttentionMath<CpuBackend>::backward(packed, lengths.data(), samples, ConstMatrixView{pdc.data(), hidden, tokens},
+                                            {cdq.data(), hidden, tokens}, {cdk.data(), hidden, tokens},
+                                            {cdv.data(), hidden, tokens}, drop);
+    for (auto [device, cpu] : {std::pair{&c, &cc}, std::pair{&dq, &cdq}, std::pair{&dk, &cdk}, std::pair{&dv, &cdv}}) {
+      auto const at_tokens = pack(*device);
+      double worst = 0.0, largest = 0.0;
+      for (std::size_t i = 0; i < at_tokens.size(); ++i) {
+        worst = std::max(worst, double(std::abs(at_tokens[i] - (*cpu)[i])));
+        largest = std::max(largest, double(std::abs((*cpu)[i])));
+      }
+      CHECK(largest > 1e-3);
+      CHECK(worst <= 1e-6 * largest);  // float rounding only (the GEMM here sums in double)
+      for (int s = 0; s < samples; ++s)
+        for (int t = 0; t < L; ++t)
+          if (padding(s, t))
+            for (int i = 0; i < hidden; ++i) CHECK((*device)[std::size_t((s * L + t) * hidden + i)] == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("Embedding's and Bert's device kernels, on the CPU: the CPU's lookup and sums, bit for bit, and the first bad id") {
+  int const vocab = 11, hidden = 5, L = 4, samples = 3, pad_id = 0;
+  std::vector<float> ids = {2, 7, 3, 0, 2, 9, 9, 3, 2, 3, 0, 0};
+  Rng rng(4);
+  auto const tables = random_floats(rng, std::size_t(vocab + L + 2) * hidden);
+  float const* word = tables.data();
+  float const* position = word + vocab * hidden;
+  float const* segment = position + L * hidden;
+  nn::EmbeddingTables const t{word, position, segment, vocab, hidden};
+
+  std::vector<float> lengths(samples);
+  strata_sequence_lengths(ids.data(), lengths.data(), L, samples, pad_id);
+  CHECK(lengths == std::vector<float>{3, 4, 2});
+
+  std::vector<float> y(std::size_t(hidden) * L * samples), cpu_y(y.size());
+  int bad = cuda::Context::Flags::no_bad_sample;
+  strata_embedding_forward(ids.data(), y.data(), word, position, segment, hidden, L, L * samples, vocab, &bad);
+  CHECK(bad == cuda::Context::Flags::no_bad_sample);
+  nn::EmbeddingMath<CpuBackend>::forward(ConstMatrixView{ids.data(), L, samples}, MatrixView{cpu_y.data(), hidden, 9}, t,
+                                         pad_id);
+  auto dy = random_floats(rng, y.size());
+  std::vector<float> masked(dy.size()), packed_dy;
+  strata_zero_padding(dy.data(), masked.data(), lengths.data(), hidden, L, i64(dy.size()));
+  int token = 0;
+  for (int s = 0; s < samples; ++s)
+    for (int p = 0; p < L; ++p)
+      for (int i = 0; i < hidden; ++i) {
+        float const got = y[std::size_t((s * L + p) * hidden + i)];
+        if (p < int(lengths[std::size_t(s)])) {
+          CHECK(got == cpu_y[std::size_t(token * hidden + i)]);
+          CHECK(masked[std::size_t((s * L + p) * hidden + i)] == dy[std::size_t((s * L + p) * hidden + i)]);
+          packed_dy.push_back(dy[std::size_t((s * L + p) * hidden + i)]);
+          if (i + 1 == hidden) ++token;
+        } else {
+          CHECK(masked[std::size_t((s * L + p) * hidden + i)] == 0.0f);
+        }
+      }
+  std::vector<float> grads(tables.size(), 0.0f), cpu_grads(tables.size(), 0.0f);
+  strata_embedding_backward(ids.data(), masked.data(), grads.data(), grads.data() + vocab * hidden,
+                            grads.data() + (vocab + L) * hidden, hidden, L, samples, pad_id);
+  nn::EmbeddingMath<CpuBackend>::backward(ConstMatrixView{ids.data(), L, samples}, ConstMatrixView{packed_dy.data(), hidden, token},
+                                          t, pad_id, cpu_grads.data(), cpu_grads.data() + vocab * hidden,
+                                          cpu_grads.data() + (vocab + L) * hidden, L, 2, false);
+  CHECK(grads == cpu_grads);
+
+  ids[5] = 11;  // position 1 of sample 1: not an id
+  ids[9] = 2.5f;
+  strata_embedding_forward(ids.data(), y.data(), word, position, segment, hidden, L, L * samples, vocab, &bad);
+  CHECK(bad == 5);  // the first, in token order
+}
