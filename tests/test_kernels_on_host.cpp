@@ -29,14 +29,8 @@ typedef long long i64;
 #define __forceinline__ inline
 #define GRID_LOOP(i, n) for (i64 i = 0; i < (n); ++i)
 inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
-inline u64 mix64(u64 x) {  // the device prelude's (and core/random.hpp's) hash
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-inline u64 mix64(u64 a, u64 b) { return mix64(a ^ mix64(b)); }
-inline float uniform01(u64 bits) { return float(bits >> 40) * (1.0f / 16777216.0f); }
+// mix64 and uniform01: strata's own (core/random.hpp, through `using namespace strata`),
+// the CPU's hash that the device prelude copies.
 inline int atomicMin(int* at, int value) {
   int const old = *at;
   *at = std::min(old, value);
