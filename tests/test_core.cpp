@@ -1,8 +1,9 @@
-// Core pieces: 16-bit types, randomness, the CPU backend's GEMM against a naive loop.
+// Core pieces: 16-bit types, randomness, the CPU backend's GEMM against a naive loop, intra-op splits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -106,4 +107,50 @@ TEST_CASE("an intra-op team runs every part once, on distinct threads, the first
   CHECK(split_columns(10, 3, 2).first == 7);
   CHECK(split_columns(10, 3, 2).count == 3);
   CHECK(available_cores() >= 1);
+}
+
+// Element-wise work (bias, activations, row sums, the mixed pass's roundings) splits over a
+// bound team from min_split_floats and gives the same bits as on one thread: each part
+// computes its own elements, and a row adds its columns in one order whatever the split.
+TEST_CASE("element-wise work and row sums split over a team give one thread's bits") {
+  Rng rng(11);
+  comm::ThreadGroup team_threads(3);
+  IntraOpTeam const team = team_threads.intra_op_team();
+  for (auto [rows, cols] : {std::array{1024, 128}, std::array{1000, 301}, std::array{10, 256}, std::array{77, 1}}) {
+    Matrix const x = random_matrix(rng, rows, cols), dy = random_matrix(rng, rows, cols);
+    Matrix const bias = random_matrix(rng, rows, 1);
+    auto run = [&](IntraOpTeam const* bound) {
+      IntraOpBinding const binding(bound);
+      Matrix y = x, relu(rows, cols), relu_dx(rows, cols), gelu(rows, cols), gelu_dx(rows, cols), sums = bias;
+      CpuBackend::add_bias(view(y), bias.data());
+      nn::ActivationMath<CpuBackend>::relu(view(x), view(relu));
+      nn::ActivationMath<CpuBackend>::relu_backward(view(x), view(dy), view(relu_dx));
+      nn::ActivationMath<CpuBackend>::gelu(view(x), view(gelu));
+      nn::ActivationMath<CpuBackend>::gelu_backward(view(x), view(dy), view(gelu_dx));
+      CpuBackend::row_sums(view(x), 0.5f, sums.data());
+      return std::array{y, relu, relu_dx, gelu, gelu_dx, sums};
+    };
+    auto const alone = run(nullptr), split = run(&team);
+    for (std::size_t i = 0; i < alone.size(); ++i) CHECK(alone[i] == split[i]);
+    // The row sums against a double-precision sum.
+    for (int r = 0; r < rows; ++r) CHECK(double(alone[5](r)) == doctest::Approx(0.5 * bias(r) + x.row(r).cast<double>().sum()).epsilon(1e-4));
+  }
+  // It does split, and only from min_split_floats; a split inside a part runs on the part's thread.
+  IntraOpBinding const binding(&team);
+  std::vector<std::thread::id> where(3);
+  run_split_columns(1024, 300, [&](int first, int) { where[std::size_t(first / 100)] = std::this_thread::get_id(); });
+  CHECK((where[0] != where[1] && where[1] != where[2] && where[0] != where[2]));
+  int parts = 0;
+  run_split_floats(std::size_t(min_split_floats) - 1, [&](std::size_t, std::size_t) { ++parts; });
+  CHECK(parts == 1);
+  std::atomic<int> inner{0}, elsewhere{0};
+  run_split_floats(std::size_t(4 * min_split_floats), [&](std::size_t, std::size_t) {
+    auto const outer = std::this_thread::get_id();
+    run_split_floats(std::size_t(4 * min_split_floats), [&](std::size_t, std::size_t) {
+      if (std::this_thread::get_id() != outer) ++elsewhere;
+      ++inner;
+    });
+  });
+  CHECK(inner == 3);  // one inner part per outer part: the team was taken
+  CHECK(elsewhere == 0);
 }

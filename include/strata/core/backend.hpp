@@ -118,17 +118,37 @@ struct CpuBackend {
     return intra_op_parts(cols, min_split_columns);
   }
 
+  // The element-wise operations split over the bound team where large, as products do.
   static void add_bias(MatrixView y, float const* bias) {
-    detail::eigen(y).colwise() += Eigen::Map<Vector const>(bias, y.rows);
+    run_split_columns(y.rows, y.cols, [&](int first, int count) {
+      detail::eigen(y.columns(first, count)).colwise() += Eigen::Map<Vector const>(bias, y.rows);
+    });
   }
 
+  // Split by rows. Each row adds its columns from the first to the last, whatever the split
+  // (Eigen's rowwise sum adds a row in an order that depends on where the row sits).
   static void row_sums(ConstMatrixView x, float beta, float* out) {
-    Eigen::Map<Vector> o(out, x.rows);
-    if (beta == 0.0f) o = detail::eigen(x).rowwise().sum();
-    else o = beta * o + detail::eigen(x).rowwise().sum();
+    run_split(x.rows, min_split_floats / std::max(1, x.cols), [&](int first, int count) {
+      constexpr int block = 256;  // rows summed at once, in registers and L1
+      for (int at = first; at < first + count; at += block) {
+        int const n = std::min(block, first + count - at);
+        alignas(64) float sums[block] = {};
+        for (int j = 0; j < x.cols; ++j) {
+          float const* __restrict column = x.data + std::size_t(j) * std::size_t(x.rows) + std::size_t(at);
+          for (int i = 0; i < n; ++i) sums[i] += column[i];
+        }
+        float* __restrict o = out + at;
+        if (beta == 0.0f) std::copy_n(sums, n, o);
+        else for (int i = 0; i < n; ++i) o[i] = beta * o[i] + sums[i];
+      }
+    });
   }
 
-  static void copy(ConstMatrixView x, MatrixView y) { detail::eigen(y) = detail::eigen(x); }
+  static void copy(ConstMatrixView x, MatrixView y) {
+    run_split_columns(x.rows, x.cols, [&](int first, int count) {
+      detail::eigen(y.columns(first, count)) = detail::eigen(x.columns(first, count));
+    });
+  }
 
  private:
   // Each part of a split product computes its own output columns: columns of op(b), whatever the transposes.

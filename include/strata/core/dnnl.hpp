@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/core/dtype.hpp"
@@ -149,26 +150,26 @@ class DnnlBf16Products {
     return products;
   }
 
-  // The product's inputs in bf16: read from the copy bound on this thread where they lie
-  // inside it (core/product_precision.hpp), else rounded into the calling thread's buffers,
-  // once per product before its parts run (on this thread or on its intra-op team).
+  // The product's inputs: `a` in bf16, read from the copy bound on this thread where it lies
+  // inside it (core/product_precision.hpp), else rounded into the calling thread's buffer
+  // once per product before its parts run; `b` likewise where it lies in the copy, else
+  // left in float for each part to round the columns it reads (below).
   struct Inputs {
     bf16 const* a;
     int a_rows;
-    bf16 const* b;
-    int b_rows;
+    bf16 const* b;  // nullptr: b_float is rounded part by part
+    ConstMatrixView b_float;
   };
   Inputs round_inputs(ConstMatrixView a, ConstMatrixView b) {
-    return {in_bf16(a, a_), a.rows, in_bf16(b, b_), b.rows};
+    return {in_bf16(a, a_), a.rows, bf16_copy_bound.find(b.data, b.size()), b};
   }
 
   // Output columns [first, first + count) of c (column-major, c.rows x n) = alpha * op(a) *
   // op(b) + beta * c, with k the inner dimension; on this thread's primitives.
   void gemm(bool trans_a, bool trans_b, float alpha, Inputs in, int k, float beta, MatrixView c, int first,
             int count) {
-    // Column j of op(b) is column j of b, or row j of b when b is transposed.
-    bf16 const* b_part = in.b + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(in.b_rows));
-    Matmul& matmul = find(Key{c.rows, count, k, in.a_rows, in.b_rows, trans_a, trans_b, alpha, beta});
+    auto [b_part, ldb] = part_of_b(in, trans_b, first, count);
+    Matmul& matmul = find(Key{c.rows, count, k, in.a_rows, ldb, trans_a, trans_b, alpha, beta});
     dnnl_check(dnnl_memory_set_data_handle(matmul.weights, const_cast<bf16*>(in.a)), "dnnl_memory_set_data_handle");
     dnnl_check(dnnl_memory_set_data_handle(matmul.source, const_cast<bf16*>(b_part)), "dnnl_memory_set_data_handle");
     dnnl_check(dnnl_memory_set_data_handle(matmul.destination, c.data + std::size_t(first) * std::size_t(c.rows)),
@@ -277,6 +278,26 @@ class DnnlBf16Products {
     buffer.resize(m.size());
     to_bf16_avx512(buffer.data(), m.data, m.size());
     return buffer.data();
+  }
+
+  // Columns [first, first + count) of op(b) in bf16, and their leading dimension. Where b has
+  // no bound copy, this part rounds just those columns into this thread's buffer, densely:
+  // the parts of a split product round in parallel, and a part of a transposed b (rows of b,
+  // strided in memory) becomes a dense block, the layout oneDNN's brgemm kernels take (a
+  // strided one falls back to its slower gemm kernel).
+  std::pair<bf16 const*, int> part_of_b(Inputs const& in, bool trans_b, int first, int count) {
+    ConstMatrixView const b = in.b_float;
+    if (in.b != nullptr) return {in.b + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(b.rows)), b.rows};
+    if (!trans_b) {  // columns of b: contiguous
+      b_.resize(std::size_t(count) * std::size_t(b.rows));
+      to_bf16_avx512(b_.data(), b.data + std::size_t(first) * std::size_t(b.rows), b_.size());
+      return {b_.data(), b.rows};
+    }
+    b_.resize(std::size_t(count) * std::size_t(b.cols));  // rows [first, first + count) of b, count x b.cols
+    for (int j = 0; j < b.cols; ++j)
+      to_bf16_avx512(b_.data() + std::size_t(j) * std::size_t(count),
+                     b.data + std::size_t(j) * std::size_t(b.rows) + std::size_t(first), std::size_t(count));
+    return {b_.data(), count};
   }
 
   static void destroy(Matmul& m) {

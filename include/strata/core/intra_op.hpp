@@ -10,6 +10,7 @@
 // nothing above it. One indirect call per split operation; the parts are fully typed.
 
 #include <algorithm>
+#include <cstddef>
 #include <thread>
 #include <utility>
 
@@ -80,6 +81,7 @@ void run_intra_op(int parts, Part&& part) {
   auto strided = [&](int t) {
     for (int p = t; p < parts; p += threads) part(p);
   };
+  IntraOpBinding const busy(nullptr);  // a split inside a part runs on its own thread: the team is taken
   team->run(team->owner, threads, &strided, [](void* f, int t) { (*static_cast<decltype(strided)*>(f))(t); });
 }
 
@@ -90,6 +92,39 @@ struct ColumnRange {
 inline ColumnRange split_columns(int columns, int parts, int p) {
   int const base = columns / parts, extra = columns % parts;
   return {p * base + std::min(p, extra), base + (p < extra ? 1 : 0)};
+}
+
+// Element-wise work (a layer's activation, a bias, a rounding pass) on a large batch is split
+// over the bound team too, from this many floats: below it the hand-off costs more than the
+// second core gains. (Each part computes its own elements, so the bits do not depend on the split.)
+inline constexpr int min_split_floats = 1 << 16;
+
+// Calls part(first, count) over [0, units) split in order into parts of at least
+// `min_units` on the bound team (or once, with all of them, without one).
+template <class Part>
+void run_split(int units, int min_units, Part&& part) {
+  int const parts = units > 0 ? intra_op_parts(units, std::max(1, min_units)) : 1;
+  run_intra_op(parts, [&](int p) {
+    auto const [first, count] = split_columns(units, parts, p);
+    part(first, count);
+  });
+}
+
+// The same over the columns of a rows x columns element-wise operation, from min_split_floats.
+template <class Part>
+void run_split_columns(int rows, int columns, Part&& part) {
+  run_split(columns, min_split_floats / std::max(1, rows), std::forward<Part>(part));
+}
+
+// The same over n floats of one array: part(begin, count), from min_split_floats.
+template <class Part>
+void run_split_floats(std::size_t n, Part&& part) {
+  std::size_t const units = std::min<std::size_t>(n / min_split_floats, std::size_t(1) << 20);
+  int const parts = intra_op_parts(int(units), 1);
+  run_intra_op(parts, [&](int p) {
+    std::size_t const base = n / std::size_t(parts), extra = n % std::size_t(parts), q = std::size_t(p);
+    part(q * base + std::min(q, extra), base + (q < extra ? 1 : 0));
+  });
 }
 
 }  // namespace strata

@@ -21,41 +21,66 @@ struct ActivationMath {
 #include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's max, exp and tanh packets below
 template <>
 struct ActivationMath<CpuBackend> {
-  static void relu(ConstMatrixView x, MatrixView y) { strata::detail::eigen(y).array() = strata::detail::eigen(x).array().max(0.0f); }
+  static void relu(ConstMatrixView x, MatrixView y) {
+    by_columns(x, [&](int first, int n) { eigen(y, first, n).array() = eigen(x, first, n).array().max(0.0f); });
+  }
   // dx = dy where y > 0
   static void relu_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    strata::detail::eigen(dx).array() = (strata::detail::eigen(y).array() > 0.0f).select(strata::detail::eigen(dy).array(), 0.0f);
+    by_columns(y, [&](int first, int n) {
+      eigen(dx, first, n).array() = (eigen(y, first, n).array() > 0.0f).select(eigen(dy, first, n).array(), 0.0f);
+    });
   }
 
-  static void tanh(ConstMatrixView x, MatrixView y) { strata::detail::eigen(y).array() = strata::detail::eigen(x).array().tanh(); }
+  static void tanh(ConstMatrixView x, MatrixView y) {
+    by_columns(x, [&](int first, int n) { eigen(y, first, n).array() = eigen(x, first, n).array().tanh(); });
+  }
   static void tanh_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    auto Y = strata::detail::eigen(y).array();
-    strata::detail::eigen(dx).array() = strata::detail::eigen(dy).array() * (1.0f - Y * Y);
+    by_columns(y, [&](int first, int n) {
+      auto Y = eigen(y, first, n).array();
+      eigen(dx, first, n).array() = eigen(dy, first, n).array() * (1.0f - Y * Y);
+    });
   }
 
   // Exact GELU, x * Phi(x) (Keras' default, approximate=False), in blocks that stay in L1.
   static void gelu(ConstMatrixView x, MatrixView y) {
-    for_blocks(x.size(), [&](std::size_t at, std::size_t n) {
-      Block const in = padded(x.data + at, n);
-      Block cdf(in.size());
-      normal_cdf(in, cdf);
-      cdf *= in;
-      std::copy_n(cdf.data(), n, y.data + at);
+    by_columns(x, [&](int first, int columns) {
+      std::size_t const offset = std::size_t(first) * std::size_t(x.rows);
+      for_blocks(std::size_t(columns) * std::size_t(x.rows), [&](std::size_t at, std::size_t n) {
+        Block const in = padded(x.data + offset + at, n);
+        Block cdf(in.size());
+        normal_cdf(in, cdf);
+        cdf *= in;
+        std::copy_n(cdf.data(), n, y.data + offset + at);
+      });
     });
   }
   // d/dx x Phi(x) = Phi(x) + x phi(x)
   static void gelu_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
-    for_blocks(x.size(), [&](std::size_t at, std::size_t n) {
-      Block const in = padded(x.data + at, n);
-      Block cdf(in.size()), slope(in.size());
-      normal_cdf(in, cdf);
-      slope = (in.square() * -0.5f).exp();
-      slope = padded(dy.data + at, n) * (cdf + in * 0.39894228040143268f * slope);
-      std::copy_n(slope.data(), n, dx.data + at);
+    by_columns(x, [&](int first, int columns) {
+      std::size_t const offset = std::size_t(first) * std::size_t(x.rows);
+      for_blocks(std::size_t(columns) * std::size_t(x.rows), [&](std::size_t at, std::size_t n) {
+        Block const in = padded(x.data + offset + at, n);
+        Block cdf(in.size()), slope(in.size());
+        normal_cdf(in, cdf);
+        slope = (in.square() * -0.5f).exp();
+        slope = padded(dy.data + offset + at, n) * (cdf + in * 0.39894228040143268f * slope);
+        std::copy_n(slope.data(), n, dx.data + offset + at);
+      });
     });
   }
 
  private:
+  // f(first, count) over column ranges of v, split over the bound intra-op team where v is
+  // large (core/intra_op.hpp): every value is computed alike wherever it sits.
+  template <class F>
+  static void by_columns(ConstMatrixView v, F const& f) {
+    run_split_columns(v.rows, v.cols, f);
+  }
+  static Eigen::Map<Matrix const> eigen(ConstMatrixView v, int first, int n) {
+    return strata::detail::eigen(v.columns(first, n));
+  }
+  static Eigen::Map<Matrix> eigen(MatrixView v, int first, int n) { return strata::detail::eigen(v.columns(first, n)); }
+
   static constexpr std::size_t block = 512;
   using Block = Eigen::Array<float, Eigen::Dynamic, 1, 0, block, 1>;
   template <class F>

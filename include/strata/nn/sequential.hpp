@@ -335,11 +335,11 @@ class Sequential {
         Scratch const scratch = ws.template scratch<I>(n);
         layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch,
                                   chunk_context.for_columns(columns[I]).for_layer(I));
-        round_to<T>(y.data, y.size());
-        if (context.backward_follows) {
-          if constexpr (I + 1 < layer_count) store<T>(ws.stored_[I].data() + std::size_t(first) * w * c, y.data, y.size());
-          keep_scratch<I>(ws, scratch, first, /*save=*/true);
-        }
+        T* keep = nullptr;
+        if constexpr (I + 1 < layer_count)
+          if (context.backward_follows) keep = ws.stored_[I].data() + std::size_t(first) * w * c;
+        round_and_keep<T>(y.data, y.size(), keep);
+        if (context.backward_follows) keep_scratch<I>(ws, scratch, first, /*save=*/true);
         std::swap(in, out);
       });
     }
@@ -363,11 +363,11 @@ class Sequential {
         constexpr int c = columns[I + 1];
         float* in = ws.chunk_in_.data();
         if constexpr (I == 0) cast_input<T>(x.columns(first, n), in);
-        else load<T>(in, ws.stored_[I - 1].data() + std::size_t(first) * widths[I] * columns[I],
-                     std::size_t(widths[I]) * columns[I] * n);
+        else load_split<T>(in, ws.stored_[I - 1].data() + std::size_t(first) * widths[I] * columns[I],
+                           std::size_t(widths[I]) * columns[I] * n);
         ConstMatrixView y = ConstMatrixView(ws.output(I)).columns(first * c, n * c);
         if constexpr (I + 1 < layer_count) {
-          load<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
+          load_split<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
           y = ConstMatrixView{ws.chunk_out_.data(), w, n * c};
         }
         Scratch const scratch = ws.template scratch<I>(n);
@@ -375,7 +375,7 @@ class Sequential {
         MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], columns[I] * n};
         layer.template backward<B>(params + offsets[I], grads + offsets[I], ConstMatrixView{in, widths[I], columns[I] * n},
                                    y, scratch, ConstMatrixView{dy, w, c * n}, dx_view, accumulate || first > 0);
-        round_to<T>(dx_view.data, dx_view.size());
+        round_and_keep<T>(dx_view.data, dx_view.size(), nullptr);
         std::swap(dy, dx);
       });
     }
@@ -403,8 +403,25 @@ class Sequential {
   // ids (token ids), which the first layer must see exactly.
   template <class T>
   static void cast_input(ConstMatrixView x, float* out) {
-    std::copy_n(x.data, x.size(), out);
-    if constexpr (!nn::takes_ids<Shape>) round_to<T>(out, x.size());
+    run_split_floats(x.size(), [&](std::size_t begin, std::size_t count) {
+      std::copy_n(x.data + begin, count, out + begin);
+      if constexpr (!nn::takes_ids<Shape>) round_to<T>(out + begin, count);
+    });
+  }
+
+  // The mixed pass's conversions between layers, split over the bound intra-op team where
+  // large (core/intra_op.hpp), like the layers' own element-wise work: y rounded to T in
+  // place and, unless keep is nullptr, kept in T; and a kept activation read back.
+  template <class T>
+  static void round_and_keep(float* y, std::size_t n, T* keep) {
+    run_split_floats(n, [&](std::size_t begin, std::size_t count) {
+      round_to<T>(y + begin, count);
+      if (keep != nullptr) store<T>(keep + begin, y + begin, count);
+    });
+  }
+  template <class T>
+  static void load_split(float* out, T const* in, std::size_t n) {
+    run_split_floats(n, [&](std::size_t begin, std::size_t count) { load<T>(out + begin, in + begin, count); });
   }
 
   Shape chain_;
