@@ -86,13 +86,17 @@ void run_intra_op(int parts, Part&& part) {
 }
 
 // The first column and the count of part p when `columns` are split into `parts` in order.
-struct ColumnRange {
-  int first = 0, count = 0;
+template <class N>
+struct Range {
+  N first = 0, count = 0;
 };
-inline ColumnRange split_columns(int columns, int parts, int p) {
-  int const base = columns / parts, extra = columns % parts;
-  return {p * base + std::min(p, extra), base + (p < extra ? 1 : 0)};
+template <class N>
+Range<N> split_evenly(N units, int parts, int p) {
+  N const base = units / N(parts), extra = units % N(parts), q = N(p);
+  return {q * base + std::min(q, extra), base + (q < extra ? N(1) : N(0))};
 }
+using ColumnRange = Range<int>;
+inline ColumnRange split_columns(int columns, int parts, int p) { return split_evenly(columns, parts, p); }
 
 // Element-wise work (a layer's activation, a bias, a rounding pass) on a large batch is split
 // over the bound team too, from this many floats: below it the hand-off costs more than the
@@ -103,7 +107,7 @@ inline constexpr int min_split_floats = 1 << 16;
 // `min_units` on the bound team (or once, with all of them, without one).
 template <class Part>
 void run_split(int units, int min_units, Part&& part) {
-  int const parts = units > 0 ? intra_op_parts(units, std::max(1, min_units)) : 1;
+  int const parts = intra_op_parts(units, std::max(1, min_units));
   run_intra_op(parts, [&](int p) {
     auto const [first, count] = split_columns(units, parts, p);
     part(first, count);
@@ -122,8 +126,8 @@ void run_split_floats(std::size_t n, Part&& part) {
   std::size_t const units = std::min<std::size_t>(n / min_split_floats, std::size_t(1) << 20);
   int const parts = intra_op_parts(int(units), 1);
   run_intra_op(parts, [&](int p) {
-    std::size_t const base = n / std::size_t(parts), extra = n % std::size_t(parts), q = std::size_t(p);
-    part(q * base + std::min(q, extra), base + (q < extra ? 1 : 0));
+    auto const [begin, count] = split_evenly(n, parts, p);
+    part(begin, count);
   });
 }
 

@@ -43,29 +43,23 @@ struct ActivationMath<CpuBackend> {
 
   // Exact GELU, x * Phi(x) (Keras' default, approximate=False), in blocks that stay in L1.
   static void gelu(ConstMatrixView x, MatrixView y) {
-    by_columns(x, [&](int first, int columns) {
-      std::size_t const offset = std::size_t(first) * std::size_t(x.rows);
-      for_blocks(std::size_t(columns) * std::size_t(x.rows), [&](std::size_t at, std::size_t n) {
-        Block const in = padded(x.data + offset + at, n);
-        Block cdf(in.size());
-        normal_cdf(in, cdf);
-        cdf *= in;
-        std::copy_n(cdf.data(), n, y.data + offset + at);
-      });
+    for_blocks(x, [&](std::size_t at, std::size_t n) {
+      Block const in = padded(x.data + at, n);
+      Block cdf(in.size());
+      normal_cdf(in, cdf);
+      cdf *= in;
+      std::copy_n(cdf.data(), n, y.data + at);
     });
   }
   // d/dx x Phi(x) = Phi(x) + x phi(x)
   static void gelu_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
-    by_columns(x, [&](int first, int columns) {
-      std::size_t const offset = std::size_t(first) * std::size_t(x.rows);
-      for_blocks(std::size_t(columns) * std::size_t(x.rows), [&](std::size_t at, std::size_t n) {
-        Block const in = padded(x.data + offset + at, n);
-        Block cdf(in.size()), slope(in.size());
-        normal_cdf(in, cdf);
-        slope = (in.square() * -0.5f).exp();
-        slope = padded(dy.data + offset + at, n) * (cdf + in * 0.39894228040143268f * slope);
-        std::copy_n(slope.data(), n, dx.data + offset + at);
-      });
+    for_blocks(x, [&](std::size_t at, std::size_t n) {
+      Block const in = padded(x.data + at, n);
+      Block cdf(in.size()), slope(in.size());
+      normal_cdf(in, cdf);
+      slope = (in.square() * -0.5f).exp();
+      slope = padded(dy.data + at, n) * (cdf + in * 0.39894228040143268f * slope);
+      std::copy_n(slope.data(), n, dx.data + at);
     });
   }
 
@@ -83,9 +77,14 @@ struct ActivationMath<CpuBackend> {
 
   static constexpr std::size_t block = 512;
   using Block = Eigen::Array<float, Eigen::Dynamic, 1, 0, block, 1>;
+  // f(at, n) over v's floats in blocks of at most `block`, within each column range by_columns gives.
   template <class F>
-  static void for_blocks(std::size_t n, F const& f) {
-    for (std::size_t at = 0; at < n; at += block) f(at, std::min(block, n - at));
+  static void for_blocks(ConstMatrixView v, F const& f) {
+    by_columns(v, [&](int first, int columns) {
+      std::size_t const begin = std::size_t(first) * std::size_t(v.rows);
+      std::size_t const end = begin + std::size_t(columns) * std::size_t(v.rows);
+      for (std::size_t at = begin; at < end; at += block) f(at, std::min(block, end - at));
+    });
   }
   // n floats, then zeros up to a multiple of 16 (a whole number of packets): every value then
   // takes Eigen's packet path. Its scalar path (for a ragged head or tail) computes exp and
