@@ -5,7 +5,11 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,6 +41,44 @@ TEST_CASE("fp16 converts exactly where it can, rounds, saturates to inf, keeps s
     h.bits = std::uint16_t(bits);
     CHECK(fp16(float(h)).bits == h.bits);
   }
+}
+
+// The VmFlags of the mapping of /proc/self/smaps that holds `address` ("" where none does).
+std::string mapping_flags(void const* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::uintptr_t const at = reinterpret_cast<std::uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(' ') > line.find('-')) inside = begin <= at && at < end;
+    else if (inside && line.starts_with("VmFlags:")) return line;
+  }
+  return "";
+}
+
+TEST_CASE("aligned arrays are zeroed and aligned; from 2 MiB they start on a huge page and ask for huge pages") {
+  AlignedBuffer small(1000);
+  CHECK(reinterpret_cast<std::uintptr_t>(small.data()) % 64 == 0);
+  CHECK(std::all_of(small.data(), small.data() + small.size(), [](float x) { return x == 0.0f; }));
+  std::size_t const floats = (std::size_t(5) << 20) / sizeof(float) + 3;  // 5 MiB and a bit: a partly used last page
+  AlignedBuffer large(floats);
+  CHECK(reinterpret_cast<std::uintptr_t>(large.data()) % (std::size_t(2) << 20) == 0);
+  CHECK(std::all_of(large.data(), large.data() + floats, [](float x) { return x == 0.0f; }));
+  large.data()[floats - 1] = 7.0f;  // every float is writable
+  AlignedBuffer const copied = large;
+  CHECK(copied.data()[floats - 1] == 7.0f);
+  AlignedArray<bf16> halves((std::size_t(2) << 20) / sizeof(bf16));
+  CHECK(reinterpret_cast<std::uintptr_t>(halves.data()) % (std::size_t(2) << 20) == 0);
+  CHECK(halves.data()[halves.size() - 1].bits == 0);
+  CHECK(AlignedArray<bf16>().empty());
+#if defined(__linux__)
+  // "hg": the mapping is advised for huge pages (whether the kernel then gives them is its
+  // setting; /sys/kernel/mm/transparent_hugepage/enabled = never refuses them all).
+  if (std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    CHECK(mapping_flags(large.data()).find(" hg") != std::string::npos);
+    CHECK(mapping_flags(halves.data()).find(" hg") != std::string::npos);
+  }
+#endif
 }
 
 TEST_CASE("counter-based randomness depends only on its inputs") {

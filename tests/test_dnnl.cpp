@@ -192,6 +192,53 @@ TEST_CASE("bf16: the one-pass refresh of the rounded weights and their bf16 copy
     CHECK(std::memcmp(rounded.data() + offset, two_pass.data(), in.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(halves.data(), two_pass_halves.data(), in.size() * sizeof(bf16)) == 0);
   }
+  // Without the rounded floats (weights only products read): the same bf16 copy.
+  std::vector<bf16> halves_only(in.size());
+  round_with_bf16_copy(nullptr, halves_only.data(), in.data(), in.size());
+  CHECK(std::memcmp(halves_only.data(), two_pass_halves.data(), in.size() * sizeof(bf16)) == 0);
+}
+
+// Dense whose kernel does not say that only products read it: the trainer keeps all of its
+// rounded float copy, as before that was known.
+template <int In, int Out>
+struct KeptDense : Dense<In, Out> {
+  static std::vector<nn::ParameterTensor> parameter_tensors(int width) {
+    auto tensors = Dense<In, Out>::parameter_tensors(width);
+    for (auto& t : tensors) t.read_by_products_only = false;
+    return tensors;
+  }
+};
+
+TEST_CASE("bf16: the rounded float copy of a kernel only products read is not written, and no bit of training changes") {
+  using Mlp = Sequential<Dense<784, 64>, Relu, Dense<64, 10>>;
+  using KeptMlp = Sequential<KeptDense<784, 64>, Relu, KeptDense<64, 10>>;
+  // What the forward passes read: the biases rounded, the kernels' floats never written
+  // (zero), their bf16 copy complete.
+  Mlp probe(5);
+  auto const tensors = Mlp::parameter_tensors();
+  train::ReplicaWeights<Cpu, bf16> weights(probe.parameters(), 2, tensors);
+  auto const bound = weights.bind_copy(0);
+  for (auto const& t : tensors) {
+    CAPTURE(t.name);
+    std::size_t nonzero = 0, rounded = 0;
+    for (std::size_t i = t.offset; i < t.offset + nn::element_count(t.shape); ++i) {
+      float const host = probe.parameters()[i];
+      nonzero += weights(0)[i] != 0.0f;
+      rounded += weights(0)[i] == float(bf16(host));
+      CHECK(bf16_copy_bound.find(weights(0) + i, 1)->bits == bf16(float(bf16(host))).bits);
+    }
+    CHECK(t.read_by_products_only == t.name.ends_with("kernel"));
+    if (t.read_by_products_only) CHECK(nonzero == 0);
+    else CHECK(rounded == nn::element_count(t.shape));
+  }
+  // Trained with and without the float copy of the kernels: the same weights, bit for bit.
+  auto const train = data::fashion_mnist(data::Split::train).take(1024);
+  auto run = [&]<class Model>(Model model) {
+    Trainer<Mirrored<2>, MixedPrecision> trainer;
+    trainer.fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train, {.epochs = 2, .batch_size = 128, .seed = 4});
+    return std::vector<float>(model.parameters().begin(), model.parameters().end());
+  };
+  CHECK(run(Mlp(5)) == run(KeptMlp(5)));
 }
 
 TEST_CASE("bf16: refreshing the bf16 copy chunk by chunk in the fused update gives the bits of refreshing after it") {

@@ -1,12 +1,25 @@
 #pragma once
-// A fixed-size, zero-initialised, 64-byte aligned float buffer: one cache line per start,
-// so arena slices vectorise and replicas' slices do not share lines.
+// Fixed-size, zero-initialised, 64-byte aligned arrays: one cache line per start, so arena
+// slices vectorise and replicas' slices do not share lines. AlignedBuffer holds floats
+// (weights, gradients, optimizer state); AlignedArray<bf16> the weights' bf16 copy.
+//
+// An array of 2 MiB or more starts on a 2 MiB boundary and asks Linux for transparent huge
+// pages (madvise: the kernel's default mode on Debian gives them only where asked). A
+// training step streams through several such arrays, each millions of floats; with 4 KiB
+// pages every 4 KiB crossed is a TLB miss, with huge pages every 2 MiB. The cost is at most
+// one partly used huge page per array.
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <span>
+#include <type_traits>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace strata {
 
@@ -16,34 +29,70 @@ constexpr std::size_t round_up_to_line(std::size_t n) {
   return (n + cache_line_floats - 1) / cache_line_floats * cache_line_floats;
 }
 
-class AlignedBuffer {
+namespace detail {
+
+inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
+
+// Where an array of `bytes` starts, and how many bytes it reserves.
+struct Placement {
+  std::size_t alignment, reserved;
+};
+constexpr Placement placement_of(std::size_t bytes) {
+  if (bytes < huge_page_bytes) return {64, bytes};
+  return {huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes};
+}
+
+// `bytes` of zeros at placement_of(bytes), in huge pages where the array is large enough.
+inline void* allocate_zeroed(std::size_t bytes) {
+  Placement const p = placement_of(bytes);
+  void* const memory = ::operator new(p.reserved, std::align_val_t{p.alignment});
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // Before the first touch, so the zeroing below faults huge pages in. A refusal (huge
+  // pages disabled) leaves ordinary pages: the same array, only slower.
+  if (p.alignment == huge_page_bytes) (void)::madvise(memory, p.reserved, MADV_HUGEPAGE);
+#endif
+  std::memset(memory, 0, bytes);
+  return memory;
+}
+
+}  // namespace detail
+
+template <class T>
+class AlignedArray {
+  static_assert(std::is_trivially_copyable_v<T>, "AlignedArray holds plain numbers, zeroed bytewise");
+
  public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(std::size_t size)
-      : data_(size ? new (std::align_val_t{64}) float[size]() : nullptr), size_(size) {}
-  AlignedBuffer(AlignedBuffer const& other) : AlignedBuffer(other.size_) {
-    std::copy_n(other.data(), size_, data());
-  }
-  AlignedBuffer& operator=(AlignedBuffer const& other) {
-    if (this != &other) *this = AlignedBuffer(other);
+  AlignedArray() = default;
+  explicit AlignedArray(std::size_t size)
+      : data_(size ? static_cast<T*>(detail::allocate_zeroed(size * sizeof(T))) : nullptr, Free{size * sizeof(T)}),
+        size_(size) {}
+  AlignedArray(AlignedArray const& other) : AlignedArray(other.size_) { std::copy_n(other.data(), size_, data()); }
+  AlignedArray& operator=(AlignedArray const& other) {
+    if (this != &other) *this = AlignedArray(other);
     return *this;
   }
-  AlignedBuffer(AlignedBuffer&&) noexcept = default;
-  AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
+  AlignedArray(AlignedArray&&) noexcept = default;
+  AlignedArray& operator=(AlignedArray&&) noexcept = default;
 
-  [[nodiscard]] float* data() { return data_.get(); }
-  [[nodiscard]] float const* data() const { return data_.get(); }
+  [[nodiscard]] T* data() { return data_.get(); }
+  [[nodiscard]] T const* data() const { return data_.get(); }
   [[nodiscard]] std::size_t size() const { return size_; }
-  [[nodiscard]] std::span<float> span() { return {data(), size_}; }
-  [[nodiscard]] std::span<float const> span() const { return {data(), size_}; }
+  [[nodiscard]] bool empty() const { return size_ == 0; }
+  [[nodiscard]] std::span<T> span() { return {data(), size_}; }
+  [[nodiscard]] std::span<T const> span() const { return {data(), size_}; }
 
  private:
-  struct Delete {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  struct Free {
+    std::size_t bytes;  // what was asked for: it gives the placement back
+    void operator()(T* p) const {
+      ::operator delete(static_cast<void*>(p), std::align_val_t{detail::placement_of(bytes).alignment});
+    }
   };
-  std::unique_ptr<float[], Delete> data_;
+  std::unique_ptr<T, Free> data_{nullptr, Free{0}};
   std::size_t size_ = 0;
 };
+
+using AlignedBuffer = AlignedArray<float>;
 
 // One value on a cache line of its own: per-replica counters and flags that replica threads
 // write side by side, without false sharing.

@@ -46,7 +46,8 @@ inline void round_to_product_bf16(bf16* out, float const* in, std::size_t n) {
 
 // rounded[i] = in[i] rounded to bf16 (kept as float, round_to<bf16>'s bits) and out[i] =
 // its bf16 product copy (round_to_product_bf16 of it), in one pass: how the trainer's
-// rounded weights and their copy for the products are refreshed together.
+// rounded weights and their copy for the products are refreshed together. `rounded` ==
+// nullptr: only out is written (weights that only products read).
 inline void round_with_bf16_copy(float* rounded, bf16* out, float const* in, std::size_t n) {
 #if defined(STRATA_DNNL)
   if (bf16_products_available()) {
@@ -54,6 +55,10 @@ inline void round_with_bf16_copy(float* rounded, bf16* out, float const* in, std
     return;
   }
 #endif
+  if (rounded == nullptr) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16(float(bf16(in[i])));
+    return;
+  }
   std::copy_n(in, n, rounded);
   round_to<bf16>(rounded, n);
   store<bf16>(out, rounded, n);

@@ -117,27 +117,32 @@ __attribute__((target("avx512f"))) inline __m512 round_bf16_lanes(__m512 x) {
 // value converted as to_bf16_avx512 converts it. The same bits as round_to<bf16> followed
 // by to_bf16_avx512, with `in` read once and nothing read back. `rounded` is written past
 // the caches where it is aligned (non-temporal stores: the next step's products read
-// `out`, not it, so it need not displace anything); `out` stays cached for them.
+// `out`, not it, so it need not displace anything); `out` stays cached for them. `rounded`
+// == nullptr: only `out` is written.
 __attribute__((target("avx512f,avx512bf16"))) inline void round_with_bf16_copy_avx512(float* rounded, bf16* out,
                                                                                        float const* in, std::size_t n) {
+  enum class Floats { none, streamed, stored };
+  Floats const floats = rounded == nullptr                                   ? Floats::none
+                        : reinterpret_cast<std::uintptr_t>(rounded) % 64 == 0 ? Floats::streamed
+                                                                              : Floats::stored;
   std::size_t i = 0;
-  bool const streamed = reinterpret_cast<std::uintptr_t>(rounded) % 64 == 0;
   for (; i + 32 <= n; i += 32) {
     __m512 const low = round_bf16_lanes(_mm512_loadu_ps(in + i)), high = round_bf16_lanes(_mm512_loadu_ps(in + i + 16));
-    if (streamed) {
+    if (floats == Floats::streamed) {
       _mm512_stream_ps(rounded + i, low);
       _mm512_stream_ps(rounded + i + 16, high);
-    } else {
+    } else if (floats == Floats::stored) {
       _mm512_storeu_ps(rounded + i, low);
       _mm512_storeu_ps(rounded + i + 16, high);
     }
     __m512bh const packed = _mm512_cvtne2ps_pbh(high, low);
     _mm512_storeu_si512(out + i, reinterpret_cast<__m512i const&>(packed));
   }
-  if (streamed) _mm_sfence();
+  if (floats == Floats::streamed) _mm_sfence();
   for (; i < n; ++i) {
-    rounded[i] = float(bf16(in[i]));
-    out[i].bits = bf16::from_float(rounded[i]);
+    float const r = float(bf16(in[i]));
+    if (rounded != nullptr) rounded[i] = r;
+    out[i].bits = bf16::from_float(r);
   }
 }
 

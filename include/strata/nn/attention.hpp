@@ -168,7 +168,8 @@ struct SelfAttention {
     std::vector<ParameterTensor> out;
     char const* names[] = {"query", "key", "value", "output"};
     for (std::size_t p = 0; p < 4; ++p) {
-      out.push_back({std::string(names[p]) + "/kernel", {Hidden, Hidden}, p * projection_floats});
+      out.push_back({std::string(names[p]) + "/kernel", {Hidden, Hidden}, p * projection_floats,
+                     /*read_by_products_only=*/true});
       out.push_back({std::string(names[p]) + "/bias", {Hidden}, p * projection_floats + std::size_t(Hidden) * Hidden});
     }
     return out;

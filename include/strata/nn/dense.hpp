@@ -25,7 +25,7 @@ struct Dense {
   // arena's column-major Out x In block, so it is written and read without a transpose.
   static constexpr char const* kind = "dense";
   static std::vector<ParameterTensor> parameter_tensors(int) {
-    return {{"kernel", {In, Out}, 0}, {"bias", {Out}, std::size_t(In) * Out}};
+    return {{"kernel", {In, Out}, 0, /*read_by_products_only=*/true}, {"bias", {Out}, std::size_t(In) * Out}};
   }
 
   void initialize(float* params, int, Rng& rng) const {

@@ -57,6 +57,10 @@ struct ParameterTensor {
   std::string name;
   std::vector<std::int64_t> shape;
   std::size_t offset = 0;
+  // Read only as a factor of the backend's matrix products (B::gemm), never element by
+  // element: where those products read a bf16 copy of the weights, the trainer keeps no
+  // rounded float copy of it (train/replica_pass.hpp).
+  bool read_by_products_only = false;
 };
 
 // The number of elements of a tensor of `shape`.

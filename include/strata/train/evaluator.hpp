@@ -85,7 +85,7 @@ class Evaluator {
   Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size)
       : group_(&strategy.group()), processes_(&strategy.processes()), model_(&model), batch_size_(global_batch_size),
         world_(processes_->processes() * num_replicas), first_(processes_->process() * num_replicas),
-        weights_(model.parameters(), num_replicas) {
+        weights_(model.parameters(), num_replicas, Model::parameter_tensors()) {
     strategy::check_global_batch(global_batch_size, world_);
     int const shard = strategy::max_shard_size(global_batch_size, world_);
     passes_.reserve(num_replicas);

@@ -122,7 +122,9 @@ class ReplicaPass<Model, policy::Cuda, T> {
 template <class T>
 class ReplicaWeights<policy::Cuda, T> {
  public:
-  ReplicaWeights(std::span<float const> host, int replicas) : host_(host), devices_(cuda::replica_devices(replicas)) {
+  // (The parameter tensors matter only to the CPU's form.)
+  ReplicaWeights(std::span<float const> host, int replicas, std::span<nn::ParameterTensor const> = {})
+      : host_(host), devices_(cuda::replica_devices(replicas)) {
     multi_ = devices_.back() != devices_.front();
     for (std::size_t r = 0; r < (multi_ ? devices_.size() : 1); ++r) {
       copies_.emplace_back(host.size(), devices_[r]);

@@ -88,7 +88,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   SliceUpdate(Opt const& optimizer, std::vector<nn::ParameterTensor> const& tensors, std::span<float> weights,
               Sync& sync, bool whole_gradient_first)
       : optimizer_(optimizer), state_(optimizer.make_state(weights.size())), weights_(weights.data()),
-        arena_(weights.size()), forward_(weights, Replicas), whole_gradient_first_(whole_gradient_first || layerwise) {
+        arena_(weights.size()), forward_(weights, Replicas, tensors), whole_gradient_first_(whole_gradient_first || layerwise) {
     optimizer_.validate();
     std::size_t const arena = weights.size();
     for (int r = 0; r < Replicas; ++r) {
