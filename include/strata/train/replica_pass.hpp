@@ -181,8 +181,10 @@ class ReplicaWeights<policy::Cpu, T> {
     auto range = std::upper_bound(products_only_.begin(), products_only_.end(), begin,
                                   [](std::size_t at, Range const& r) { return at < r.end; });
     for (std::size_t at = begin; at < end;) {
-      bool const inside = range != products_only_.end() && range->begin <= at;
-      std::size_t const to = std::min(end, inside ? range->end : range != products_only_.end() ? range->begin : end);
+      bool const more = range != products_only_.end();
+      bool const inside = more && range->begin <= at;
+      std::size_t const boundary = !more ? end : inside ? range->end : range->begin;  // where this run ends
+      std::size_t const to = std::min(end, boundary);
       f(at, to, inside);
       if (inside) ++range;
       at = to;
