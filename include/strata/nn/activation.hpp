@@ -115,6 +115,7 @@ struct ActivationMath<CpuBackend> {
 
 struct Relu : ParameterFreeLayer {
   static std::string name() { return "Relu"; }
+  static constexpr BackwardReads backward_reads{.input = false, .output = true};  // dx = dy where y > 0
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
     ActivationMath<B>::relu(x, y);
@@ -128,6 +129,7 @@ struct Relu : ParameterFreeLayer {
 
 struct Tanh : ParameterFreeLayer {
   static std::string name() { return "Tanh"; }
+  static constexpr BackwardReads backward_reads{.input = false, .output = true};  // dx = dy (1 - y^2)
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
     ActivationMath<B>::tanh(x, y);
@@ -142,6 +144,7 @@ struct Tanh : ParameterFreeLayer {
 // Exact GELU, x * Phi(x).
 struct Gelu : ParameterFreeLayer {
   static std::string name() { return "Gelu"; }
+  static constexpr BackwardReads backward_reads{.input = true, .output = false};  // its slope is a function of x
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
     ActivationMath<B>::gelu(x, y);

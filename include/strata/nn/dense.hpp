@@ -24,6 +24,7 @@ struct Dense {
   // Checkpoint names follow Keras: the kernel is (In, Out) row-major, which is exactly the
   // arena's column-major Out x In block, so it is written and read without a transpose.
   static constexpr char const* kind = "dense";
+  static constexpr BackwardReads backward_reads{.input = true, .output = false};  // dW = dy x^T
   static std::vector<ParameterTensor> parameter_tensors(int) {
     return {{"kernel", {In, Out}, 0, /*read_by_products_only=*/true}, {"bias", {Out}, std::size_t(In) * Out}};
   }

@@ -56,6 +56,7 @@ struct Dropout {
   // The mask, kept from forward for backward.
   static constexpr std::array<ScratchBuffer, 1> scratch(int width, int columns) { return {{{width, columns}}}; }
   static std::string name() { return "Dropout"; }
+  static constexpr BackwardReads backward_reads{.input = false, .output = false};  // only its kept mask
 
   void initialize(float*, int, Rng&) const {
     if (!(rate >= 0.0f && rate < 1.0f))

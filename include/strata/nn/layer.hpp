@@ -102,6 +102,20 @@ inline constexpr bool takes_ids = [] {
   else return false;
 }();
 
+// What a layer's backward reads of its forward pass besides its kept scratch: its input x,
+// its output y, both (the default) or neither. Under mixed precision a Sequential keeps an
+// activation in 16 bits only where a backward reads it, so a Dense followed by a Relu keeps
+// one activation instead of two (Dense reads its input, Relu its output).
+struct BackwardReads {
+  bool input = true;
+  bool output = true;
+};
+template <class L>
+inline constexpr BackwardReads backward_reads = [] {
+  if constexpr (requires { L::backward_reads; }) return BackwardReads(L::backward_reads);
+  else return BackwardReads{};
+}();
+
 // Columns per sample of a layer's output for `columns` per sample of its input: a layer
 // that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
 template <class L>
@@ -128,6 +142,8 @@ constexpr int output_columns_of(int columns) {
 //   L::kind, L::parameter_tensors(w)  the names of its parameters (required when it has any)
 //   L::takes_ids = true          its input holds integer ids (token ids), which mixed precision
 //                                must not round to 16 bits
+//   L::backward_reads            a BackwardReads: what backward reads of x and y (default: both);
+//                                what it says it does not read, it is given as a view whose data is null
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

@@ -97,6 +97,7 @@ struct LayerNorm {
   static constexpr int output_width(int width) { return width; }
   static constexpr std::size_t parameter_count(int width) { return 2 * std::size_t(width); }
   static std::string name() { return "LayerNorm"; }
+  static constexpr BackwardReads backward_reads{.input = true, .output = false};  // x and its kept statistics
   // Checkpoint names follow Keras' LayerNormalization.
   static constexpr char const* kind = "layer_norm";
   static std::vector<ParameterTensor> parameter_tensors(int width) {

@@ -134,6 +134,14 @@ class Sequential {
     return widest;
   }();
   static constexpr int widest_columns = *std::max_element(columns.begin(), columns.end());
+  // Mixed precision keeps layer i's output in T only where a backward reads it: its own
+  // (as y) or the next layer's (as x). The last layer's output, the logits, is always there.
+  static constexpr std::array<BackwardReads, layer_count> reads = {backward_reads<Layers>...};
+  static constexpr std::array<bool, layer_count> output_kept = [] {
+    std::array<bool, layer_count> kept{};
+    for (std::size_t i = 0; i + 1 < layer_count; ++i) kept[i] = reads[i].output || reads[i + 1].input;
+    return kept;
+  }();
 
  public:
   // Floats per sample of the largest activation anywhere in the model, the layers' scratch
@@ -178,7 +186,7 @@ class Sequential {
         gradient_b_.resize(per_sample, max_batch);
       } else {
         for (std::size_t i = 0; i + 1 < layer_count; ++i)
-          stored_[i].resize(std::size_t(widths[i + 1]) * std::size_t(columns_of(columns[i + 1])));
+          if (output_kept[i]) stored_[i].resize(std::size_t(widths[i + 1]) * std::size_t(columns_of(columns[i + 1])));
         for (std::size_t s = 0; s < scratch_total; ++s) {
           std::size_t const floats = floats_per_sample(all_scratch[s]) * std::size_t(max_batch);
           if (all_scratch[s].keep == ScratchKeep::kept) stored_scratch_[s].resize(floats);
@@ -245,7 +253,7 @@ class Sequential {
     std::array<MatrixView, scratch_total> views_{};
     Buffer gradient_a_, gradient_b_;
     // Mixed precision only: the stored activations and scratch, and the float working set of one chunk.
-    std::array<std::vector<T>, layer_count> stored_;
+    std::array<std::vector<T>, layer_count> stored_;  // the outputs a backward reads (output_kept)
     std::array<std::vector<T>, scratch_total> stored_scratch_;
     std::array<std::vector<float>, scratch_total> stored_float_scratch_;
     Buffer chunk_in_, chunk_out_, chunk_scratch_, chunk_dx_;
@@ -336,7 +344,7 @@ class Sequential {
         layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch,
                                   chunk_context.for_columns(columns[I]).for_layer(I));
         T* keep = nullptr;
-        if constexpr (I + 1 < layer_count)
+        if constexpr (output_kept[I])
           if (context.backward_follows) keep = ws.stored_[I].data() + std::size_t(first) * w * c;
         round_and_keep<T>(y.data, y.size(), keep);
         if (context.backward_follows) keep_scratch<I>(ws, scratch, first, /*save=*/true);
@@ -361,14 +369,21 @@ class Sequential {
       chain_.for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
         constexpr int w = widths[I + 1];
         constexpr int c = columns[I + 1];
-        float* in = ws.chunk_in_.data();
-        if constexpr (I == 0) cast_input<T>(x.columns(first, n), in);
-        else load_split<T>(in, ws.stored_[I - 1].data() + std::size_t(first) * widths[I] * columns[I],
-                           std::size_t(widths[I]) * columns[I] * n);
+        // What the layer does not read (reads[I]) is neither loaded nor there: a null view.
+        float* in = nullptr;
+        if constexpr (reads[I].input) {
+          in = ws.chunk_in_.data();
+          if constexpr (I == 0) cast_input<T>(x.columns(first, n), in);
+          else load_split<T>(in, ws.stored_[I - 1].data() + std::size_t(first) * widths[I] * columns[I],
+                             std::size_t(widths[I]) * columns[I] * n);
+        }
         ConstMatrixView y = ConstMatrixView(ws.output(I)).columns(first * c, n * c);
         if constexpr (I + 1 < layer_count) {
-          load_split<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
-          y = ConstMatrixView{ws.chunk_out_.data(), w, n * c};
+          y = ConstMatrixView{nullptr, w, n * c};
+          if constexpr (reads[I].output) {
+            load_split<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
+            y.data = ws.chunk_out_.data();
+          }
         }
         Scratch const scratch = ws.template scratch<I>(n);
         keep_scratch<I>(ws, scratch, first, /*save=*/false);
