@@ -5,6 +5,7 @@
 // strategy and precision.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -181,8 +182,7 @@ TEST_CASE_TEMPLATE("keeping only the activations a backward reads changes no bit
   using Kept = Sequential<ReadsBoth<Dense<784, 48>>, ReadsBoth<LayerNorm>, ReadsBoth<Tanh>, ReadsBoth<Dense<48, 64>>,
                           ReadsBoth<Gelu>, ReadsBoth<Dropout>, ReadsBoth<Dense<64, 32>>, ReadsBoth<Relu>, Dense<32, 10>>;
   Lean const lean(5, {}, {}, {}, {}, {}, Dropout{0.3f}, {}, {}, {});
-  Kept kept_model(0);
-  kept_model.template layer<5>().rate = 0.3f;
+  Kept const kept_model(5, {}, {}, {}, {}, {}, {Dropout{0.3f}}, {}, {}, {});
   std::vector<float> w(lean.parameters().begin(), lean.parameters().end());
   REQUIRE(w.size() == kept_model.parameters().size());
   round_to<T>(w.data(), w.size());

@@ -143,7 +143,8 @@ constexpr int output_columns_of(int columns) {
 //   L::takes_ids = true          its input holds integer ids (token ids), which mixed precision
 //                                must not round to 16 bits
 //   L::backward_reads            a BackwardReads: what backward reads of x and y (default: both);
-//                                what it says it does not read, it is given as a view whose data is null
+//                                under mixed precision, what it says it does not read it is given
+//                                as a view whose data is null
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

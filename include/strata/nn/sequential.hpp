@@ -377,13 +377,12 @@ class Sequential {
           else load_split<T>(in, ws.stored_[I - 1].data() + std::size_t(first) * widths[I] * columns[I],
                              std::size_t(widths[I]) * columns[I] * n);
         }
-        ConstMatrixView y = ConstMatrixView(ws.output(I)).columns(first * c, n * c);
-        if constexpr (I + 1 < layer_count) {
-          y = ConstMatrixView{nullptr, w, n * c};
-          if constexpr (reads[I].output) {
-            load_split<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
-            y.data = ws.chunk_out_.data();
-          }
+        ConstMatrixView y{nullptr, w, n * c};
+        if constexpr (I + 1 == layer_count) {
+          y = ConstMatrixView(ws.output(I)).columns(first * c, n * c);  // the logits, always in float
+        } else if constexpr (reads[I].output) {
+          load_split<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
+          y.data = ws.chunk_out_.data();
         }
         Scratch const scratch = ws.template scratch<I>(n);
         keep_scratch<I>(ws, scratch, first, /*save=*/false);
