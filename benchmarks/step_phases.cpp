@@ -105,8 +105,8 @@ class Phases {
   std::vector<strata::profile::Span> spans_;
 };
 
-template <class... Configs>
-void run(std::string const& input, int steps, int rounds, Phases<Configs>&... configs) {
+template <class... Trainers>
+void run(std::string const& input, int steps, int rounds, Phases<Trainers>&... configs) {
   for (int r = 0; r < rounds; ++r) {
     auto one = [&](auto& phases) {
       if (input == "repeat" || input == "all") phases.repeat(input == "all" ? epoch_steps : steps);
