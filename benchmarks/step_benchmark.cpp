@@ -7,7 +7,8 @@
 //   Trainer/Mirrored2   strata's step on two replica threads
 //   .../MixedPrecision  the same under MixedPrecision (bf16 products with oneDNN on AVX512_BF16)
 //   GemmOnly/threads/N  only the GEMMs of one replica's step at batch 256/N, on N threads at once:
-//                       the machine's GEMM rate for exactly this step's shapes (GemmOnly/bf16: in bf16)
+//                       the machine's GEMM rate for exactly this step's shapes (GemmOnly/bf16: in bf16,
+//                       the weights read from a bf16 copy as the trainer's products read them)
 // Run: build/benchmarks/step_benchmark --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
@@ -58,12 +59,19 @@ BENCHMARK(hand_written_step)->Name("HandWritten/Eigen")->UseRealTime();
 // through the CPU backend's engine (Eigen, OpenBLAS or oneDNN, as the program links),
 // at the replica's share of the batch, on N threads at once (plain std::threads kept alive
 // in a strata ThreadGroup, whose dispatch costs microseconds against GEMMs of milliseconds).
-// As in Mirrored<N>, the threads read one copy of the weights and write their own gradients.
+// As in Mirrored<N>, the threads read one copy of the weights and write their own gradients;
+// in bf16 they read the weights from a bf16 copy, as the trainer's products do, and round
+// only the activations per product.
 void gemm_only(benchmark::State& state) {
   int const threads = int(state.range(0));
   int const per_replica = batch_size / threads;
   using M = Eigen::MatrixXf;
-  M const w1 = M::Random(1024, 784) * 0.05f, w2 = M::Random(1024, 1024) * 0.05f, w3 = M::Random(10, 1024) * 0.05f;
+  using Weights = Eigen::Map<M const>;
+  strata::AlignedBuffer arena(1024 * 784 + 1024 * 1024 + 10 * 1024);
+  Weights const w1(arena.data(), 1024, 784), w2(w1.data() + w1.size(), 1024, 1024), w3(w2.data() + w2.size(), 10, 1024);
+  Eigen::Map<M>(arena.data(), Eigen::Index(arena.size()), 1) = M::Random(Eigen::Index(arena.size()), 1) * 0.05f;
+  strata::AlignedArray<strata::bf16> arena_bf16(arena.size());
+  strata::round_with_bf16_copy(nullptr, arena_bf16.data(), arena.data(), arena.size());
   struct Replica {
     M x, h1, h2, z, d2, d1, g1 = M(1024, 784), g2 = M(1024, 1024), g3 = M(10, 1024);
     explicit Replica(int n) : x(M::Random(784, n)), h1(1024, n), h2(1024, n), z(10, n), d2(1024, n), d1(1024, n) {}
@@ -71,13 +79,16 @@ void gemm_only(benchmark::State& state) {
   std::vector<Replica> replicas;
   for (int t = 0; t < threads; ++t) replicas.emplace_back(per_replica);
   bool const bf16 = state.range(1) != 0;
-  auto gemm = [](M const& a, strata::Transpose ta, M const& b, strata::Transpose tb, M& c) {
-    strata::CpuBackend::gemm(ta, tb, 1.0f, strata::view(a), strata::view(b), 0.0f, strata::view(c));
+  auto gemm = [](auto const& a, strata::Transpose ta, M const& b, strata::Transpose tb, M& c) {
+    strata::ConstMatrixView const a_view{a.data(), int(a.rows()), int(a.cols())};
+    strata::CpuBackend::gemm(ta, tb, 1.0f, a_view, strata::view(b), 0.0f, strata::view(c));
   };
   constexpr auto no = strata::Transpose::no;
   constexpr auto yes = strata::Transpose::yes;
   auto task = [&](int rank) {
     strata::Bf16ProductsBinding const products(bf16);
+    strata::Bf16CopyBinding const weights_bf16(
+        bf16 ? strata::Bf16Copy{arena.data(), arena_bf16.data(), arena.size()} : strata::Bf16Copy{});
     Replica& r = replicas[std::size_t(rank)];
     gemm(w1, no, r.x, no, r.h1);
     gemm(w2, no, r.h1, no, r.h2);

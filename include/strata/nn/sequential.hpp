@@ -134,8 +134,8 @@ class Sequential {
     return widest;
   }();
   static constexpr int widest_columns = *std::max_element(columns.begin(), columns.end());
-  // Mixed precision keeps layer i's output in T only where a backward reads it: its own
-  // (as y) or the next layer's (as x). The last layer's output, the logits, is always there.
+  // Layer i's output is kept for backward only where a backward reads it: its own (as y) or
+  // the next layer's (as x). The last layer's output, the logits, is always there.
   static constexpr std::array<BackwardReads, layer_count> reads = {backward_reads<Layers>...};
   static constexpr std::array<bool, layer_count> output_kept = [] {
     std::array<bool, layer_count> kept{};
@@ -154,7 +154,8 @@ class Sequential {
 
   // Activations and scratch of one replica, sized for at most `max_batch` samples.
   //
-  // With T = float every layer's output and scratch is kept in float. With T = bf16 or fp16
+  // With T = float the outputs a backward reads (output_kept) and every scratch buffer are
+  // kept in float (on a device: every output). With T = bf16 or fp16
   // (mixed precision) each layer's output is rounded to T and *stored* in T, and so is the
   // scratch a layer keeps for backward (but statistics it asks to keep in float), so the
   // activations kept for backward take half the bytes; the layers compute in float registers
@@ -170,6 +171,10 @@ class Sequential {
     using compute_type = T;
     using Buffer = typename backend_buffer<B>::type;  // Matrix on the CPU; device memory on a GPU
     static constexpr bool mixed = !std::is_same_v<T, float>;
+    // On the host, the float pass too keeps only the outputs a backward reads (output_kept);
+    // the others pass through one of two transient buffers, alternating so that a layer never
+    // reads and writes the same one. A device's workspace keeps every output.
+    static constexpr bool lean = std::is_same_v<Buffer, Matrix>;
     // Columns per float pass in mixed precision: 1 MiB per 1024 rows. Narrower chunks cost
     // GEMM efficiency (128 took the bf16 step from 69 to 82 ms, docs/precision.md).
     static constexpr int chunk_columns = 256;
@@ -179,18 +184,26 @@ class Sequential {
       auto columns_of = [&](int per_sample) { return per_sample * max_batch; };
       auto const per_sample = int(widest_per_sample);
       if constexpr (!mixed) {
-        for (std::size_t i = 0; i < layer_count; ++i) outputs_[i].resize(widths[i + 1], columns_of(columns[i + 1]));
+        for (std::size_t i = 0; i < layer_count; ++i) {
+          if (!transient(i)) {
+            outputs_[i].resize(widths[i + 1], columns_of(columns[i + 1]));
+          } else if constexpr (lean) {
+            Matrix& slot = transient_[i % 2];
+            int const floats = widths[i + 1] * columns_of(columns[i + 1]);
+            if (floats > slot.size()) slot.resize(floats, 1);
+          }
+        }
         for (std::size_t s = 0; s < scratch_total; ++s)
           scratch_[s].resize(all_scratch[s].rows, columns_of(all_scratch[s].columns_per_sample));
         gradient_a_.resize(per_sample, max_batch);
         gradient_b_.resize(per_sample, max_batch);
       } else {
         for (std::size_t i = 0; i + 1 < layer_count; ++i)
-          if (output_kept[i]) stored_[i].resize(std::size_t(widths[i + 1]) * std::size_t(columns_of(columns[i + 1])));
+          if (output_kept[i]) stored_[i] = AlignedArray<T>(std::size_t(widths[i + 1]) * std::size_t(columns_of(columns[i + 1])));
         for (std::size_t s = 0; s < scratch_total; ++s) {
           std::size_t const floats = floats_per_sample(all_scratch[s]) * std::size_t(max_batch);
-          if (all_scratch[s].keep == ScratchKeep::kept) stored_scratch_[s].resize(floats);
-          else if (all_scratch[s].keep == ScratchKeep::kept_float) stored_float_scratch_[s].resize(floats);
+          if (all_scratch[s].keep == ScratchKeep::kept) stored_scratch_[s] = AlignedArray<T>(floats);
+          else if (all_scratch[s].keep == ScratchKeep::kept_float) stored_float_scratch_[s] = AlignedBuffer(floats);
         }
         outputs_[layer_count - 1].resize(output_width, max_batch);
         gradient_a_.resize(output_width, max_batch);
@@ -223,15 +236,20 @@ class Sequential {
         if (all_scratch[s].keep == ScratchKeep::temporary) total += std::size_t(scratch_[s].size()) * sizeof(float);
       for (Buffer const* m : {&gradient_a_, &gradient_b_, &chunk_in_, &chunk_out_, &chunk_scratch_, &chunk_dx_})
         total += std::size_t(m->size()) * sizeof(float);
+      for (Matrix const& m : transient_) total += std::size_t(m.size()) * sizeof(float);
       return total;
     }
 
    private:
     friend class Sequential;
+    // Whether the float pass passes layer i's output through a transient buffer (lean, above).
+    static constexpr bool transient(std::size_t i) { return lean && !mixed && i + 1 < layer_count && !output_kept[i]; }
     [[nodiscard]] ConstMatrixView output(std::size_t i) const {
-      return {outputs_[i].data(), widths[i + 1], columns[i + 1] * batch_};
+      return {transient(i) ? transient_[i % 2].data() : outputs_[i].data(), widths[i + 1], columns[i + 1] * batch_};
     }
-    [[nodiscard]] MatrixView output(std::size_t i) { return {outputs_[i].data(), widths[i + 1], columns[i + 1] * batch_}; }
+    [[nodiscard]] MatrixView output(std::size_t i) {
+      return {transient(i) ? transient_[i % 2].data() : outputs_[i].data(), widths[i + 1], columns[i + 1] * batch_};
+    }
     // Layer I's scratch views over `samples` samples: the whole-batch buffers (float), or
     // the chunk area (mixed precision).
     template <std::size_t I>
@@ -248,14 +266,16 @@ class Sequential {
 
     int max_batch_;
     int batch_ = 0;
-    std::array<Buffer, layer_count> outputs_;  // float: every layer; mixed: only the last
+    std::array<Buffer, layer_count> outputs_;  // float: those kept (every one on a device); mixed: only the last
+    std::array<Matrix, 2> transient_;            // float on the host: the outputs no backward reads
     std::array<Buffer, scratch_total> scratch_;  // float only
     std::array<MatrixView, scratch_total> views_{};
     Buffer gradient_a_, gradient_b_;
     // Mixed precision only: the stored activations and scratch, and the float working set of one chunk.
-    std::array<std::vector<T>, layer_count> stored_;  // the outputs a backward reads (output_kept)
-    std::array<std::vector<T>, scratch_total> stored_scratch_;
-    std::array<std::vector<float>, scratch_total> stored_float_scratch_;
+    // (Zeroed bytewise: a std::vector<bf16> would value-initialise element by element, 100 times slower.)
+    std::array<AlignedArray<T>, layer_count> stored_;  // the outputs a backward reads (output_kept)
+    std::array<AlignedArray<T>, scratch_total> stored_scratch_;
+    std::array<AlignedBuffer, scratch_total> stored_float_scratch_;
     Buffer chunk_in_, chunk_out_, chunk_scratch_, chunk_dx_;
   };
 
@@ -298,9 +318,13 @@ class Sequential {
       float* dx = ws.gradient_b_.data();
       int const b = ws.batch_;
       chain_.for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
+        // On the host, what the layer does not read (reads[I]) is a null view, as in mixed precision.
         ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
+        ConstMatrixView y = ws.output(I);
+        if constexpr (Workspace<B, T>::lean && !reads[I].input) in.data = nullptr;
+        if constexpr (Workspace<B, T>::lean && I + 1 < layer_count && !reads[I].output) y.data = nullptr;
         MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], columns[I] * b};
-        layer.template backward<B>(params + offsets[I], grads + offsets[I], in, ws.output(I), ws.template scratch<I>(b),
+        layer.template backward<B>(params + offsets[I], grads + offsets[I], in, y, ws.template scratch<I>(b),
                                    ConstMatrixView{dy, widths[I + 1], columns[I + 1] * b}, dx_view, accumulate);
         layer_done(I);
         std::swap(dy, dx);

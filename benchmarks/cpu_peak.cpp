@@ -1,0 +1,100 @@
+// The arithmetic peak of this machine's cores, the ceiling every GEMM figure in
+// docs/benchmarks.md is a share of:
+//   Peak/fp32_fma/avx2         8-lane fused multiply-adds (Zen 3 and Zen 4 alike)
+//   Peak/fp32_fma/avx512       16-lane fused multiply-adds (skipped without AVX-512)
+//   Peak/bf16_dot/avx512       VDPBF16PS, 32 bf16 products summed into 16 floats (skipped
+//                              without AVX512_BF16): what oneDNN's bf16 matmul runs on
+// on one thread and on two, each with twelve independent accumulators, so the loop is bound
+// by the multiply units and not by an instruction's latency. FLOP counts a multiply and an
+// add as two, as GEMM rates do.
+// Run: build/benchmarks/cpu_peak --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+
+#include <immintrin.h>
+
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+namespace {
+
+constexpr int accumulators = 12;
+constexpr long rounds_per_iteration = 1 << 16;
+
+// Each kernel runs `rounds_per_iteration` rounds of one instruction per accumulator and
+// returns a lane of their sum, so nothing is optimised away. The asm barrier keeps the compiler
+// from hoisting a loop-invariant result out of the loop.
+__attribute__((target("avx2,fma"), noinline)) float fma_avx2() {
+  __m256 acc[accumulators];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  __m256 x = _mm256_set1_ps(1.0f);
+  __m256 const y = _mm256_set1_ps(1e-9f);
+  for (long r = 0; r < rounds_per_iteration; ++r) {
+#pragma GCC unroll 12
+    for (__m256& a : acc) a = _mm256_fmadd_ps(x, y, a);
+    __asm__ volatile("" : "+x"(x));
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < accumulators; ++j) s = _mm256_add_ps(s, acc[j]);
+  return _mm256_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f"), noinline)) float fma_avx512() {
+  __m512 acc[accumulators];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  __m512 x = _mm512_set1_ps(1.0f);
+  __m512 const y = _mm512_set1_ps(1e-9f);
+  for (long r = 0; r < rounds_per_iteration; ++r) {
+#pragma GCC unroll 12
+    for (__m512& a : acc) a = _mm512_fmadd_ps(x, y, a);
+    __asm__ volatile("" : "+v"(x));
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < accumulators; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) float dot_bf16_avx512() {
+  __m512 acc[accumulators];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  __m512i x = _mm512_set1_epi16(0x3f80);  // bf16 1.0
+  __m512bh const y = (__m512bh)_mm512_set1_epi16(0x3000);  // a small bf16, so the sums stay finite
+  for (long r = 0; r < rounds_per_iteration; ++r) {
+#pragma GCC unroll 12
+    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, (__m512bh)x, y);
+    __asm__ volatile("" : "+v"(x));
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < accumulators; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_cvtss_f32(s);
+}
+
+template <float (*Kernel)(), int FlopsPerInstruction>
+void peak(benchmark::State& state, char const* feature, bool supported) {
+  if (!supported) {
+    state.SkipWithError((std::string("skipped: this CPU has no ") + feature).c_str());
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(Kernel());
+  double const flops = double(state.iterations()) * rounds_per_iteration * accumulators * FlopsPerInstruction;
+  state.counters["FLOP"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);  // printed as G/s
+}
+
+void fp32_fma_avx2(benchmark::State& state) {
+  peak<fma_avx2, 8 * 2>(state, "AVX2 with FMA", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+}
+void fp32_fma_avx512(benchmark::State& state) {
+  peak<fma_avx512, 16 * 2>(state, "AVX-512", __builtin_cpu_supports("avx512f"));
+}
+void bf16_dot_avx512(benchmark::State& state) {
+  peak<dot_bf16_avx512, 32 * 2>(state, "AVX512_BF16", __builtin_cpu_supports("avx512bf16"));
+}
+
+// Threads(2): both threads run the loop at once and the rates add up (Google Benchmark sums
+// a rate counter over threads).
+BENCHMARK(fp32_fma_avx2)->Name("Peak/fp32_fma/avx2")->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(fp32_fma_avx512)->Name("Peak/fp32_fma/avx512")->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(bf16_dot_avx512)->Name("Peak/bf16_dot/avx512")->Threads(1)->Threads(2)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
