@@ -199,7 +199,8 @@ class Sequential {
         gradient_b_.resize(per_sample, max_batch);
       } else {
         for (std::size_t i = 0; i + 1 < layer_count; ++i)
-          if (output_kept[i]) stored_[i] = AlignedArray<T>(std::size_t(widths[i + 1]) * std::size_t(columns_of(columns[i + 1])));
+          if (output_kept[i])
+            stored_[i] = AlignedArray<T>(std::size_t(widths[i + 1]) * std::size_t(columns_of(columns[i + 1])));
         for (std::size_t s = 0; s < scratch_total; ++s) {
           std::size_t const floats = floats_per_sample(all_scratch[s]) * std::size_t(max_batch);
           if (all_scratch[s].keep == ScratchKeep::kept) stored_scratch_[s] = AlignedArray<T>(floats);
@@ -272,7 +273,7 @@ class Sequential {
     std::array<MatrixView, scratch_total> views_{};
     Buffer gradient_a_, gradient_b_;
     // Mixed precision only: the stored activations and scratch, and the float working set of one chunk.
-    // (Zeroed bytewise: a std::vector<bf16> would value-initialise element by element, 100 times slower.)
+    // (Zeroed bytewise: a std::vector<bf16> value-initialises element by element, 50 times slower.)
     std::array<AlignedArray<T>, layer_count> stored_;  // the outputs a backward reads (output_kept)
     std::array<AlignedArray<T>, scratch_total> stored_scratch_;
     std::array<AlignedBuffer, scratch_total> stored_float_scratch_;
