@@ -7,10 +7,9 @@
 // gradient dx = W^T dy. Needs a CPU with AVX512_BF16 (else every benchmark says skipped).
 // Run: build/benchmarks/dnnl_matmul --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
-#include <omp.h>
-
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -29,7 +28,7 @@ void matmul(benchmark::State& state, int n, int k, int m, tag src_layout, tag we
     state.SkipWithError("skipped: no AVX512_BF16");
     return;
   }
-  omp_set_num_threads(1);
+  strata::detail::dnnl_on_calling_thread();  // one OpenMP thread, as strata runs every product
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   dnnl::memory::desc const src_md({n, k}, dt::bf16, src_layout), weights_md({k, m}, dt::bf16, weights_layout),

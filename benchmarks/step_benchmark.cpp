@@ -66,9 +66,9 @@ void gemm_only(benchmark::State& state) {
   int const threads = int(state.range(0));
   int const per_replica = batch_size / threads;
   using M = Eigen::MatrixXf;
-  using Weights = Eigen::Map<M const>;
   strata::AlignedBuffer arena(1024 * 784 + 1024 * 1024 + 10 * 1024);
-  Weights const w1(arena.data(), 1024, 784), w2(w1.data() + w1.size(), 1024, 1024), w3(w2.data() + w2.size(), 10, 1024);
+  strata::ConstMatrixView const w1{arena.data(), 1024, 784}, w2{w1.data + w1.size(), 1024, 1024},
+      w3{w2.data + w2.size(), 10, 1024};
   Eigen::Map<M>(arena.data(), Eigen::Index(arena.size()), 1) = M::Random(Eigen::Index(arena.size()), 1) * 0.05f;
   strata::AlignedArray<strata::bf16> arena_bf16(arena.size());
   strata::round_with_bf16_copy(nullptr, arena_bf16.data(), arena.data(), arena.size());
@@ -79,9 +79,8 @@ void gemm_only(benchmark::State& state) {
   std::vector<Replica> replicas;
   for (int t = 0; t < threads; ++t) replicas.emplace_back(per_replica);
   bool const bf16 = state.range(1) != 0;
-  auto gemm = [](auto const& a, strata::Transpose ta, M const& b, strata::Transpose tb, M& c) {
-    strata::ConstMatrixView const a_view{a.data(), int(a.rows()), int(a.cols())};
-    strata::CpuBackend::gemm(ta, tb, 1.0f, a_view, strata::view(b), 0.0f, strata::view(c));
+  auto gemm = [](strata::ConstMatrixView a, strata::Transpose ta, M const& b, strata::Transpose tb, M& c) {
+    strata::CpuBackend::gemm(ta, tb, 1.0f, a, strata::view(b), 0.0f, strata::view(c));
   };
   constexpr auto no = strata::Transpose::no;
   constexpr auto yes = strata::Transpose::yes;
@@ -93,11 +92,11 @@ void gemm_only(benchmark::State& state) {
     gemm(w1, no, r.x, no, r.h1);
     gemm(w2, no, r.h1, no, r.h2);
     gemm(w3, no, r.h2, no, r.z);
-    gemm(r.z, no, r.h2, yes, r.g3);
+    gemm(strata::view(r.z), no, r.h2, yes, r.g3);
     gemm(w3, yes, r.z, no, r.d2);
-    gemm(r.d2, no, r.h1, yes, r.g2);
+    gemm(strata::view(r.d2), no, r.h1, yes, r.g2);
     gemm(w2, yes, r.d2, no, r.d1);
-    gemm(r.d1, no, r.x, yes, r.g1);
+    gemm(strata::view(r.d1), no, r.x, yes, r.g1);
   };
   strata::comm::ThreadGroup group(threads);
   for (auto _ : state) {

@@ -187,9 +187,9 @@ class Sequential {
         for (std::size_t i = 0; i < layer_count; ++i) {
           if (!transient(i)) {
             outputs_[i].resize(widths[i + 1], columns_of(columns[i + 1]));
-          } else if constexpr (lean) {
+          } else {
             Matrix& slot = transient_[i % 2];
-            int const floats = widths[i + 1] * columns_of(columns[i + 1]);
+            auto const floats = Matrix::Index(widths[i + 1]) * columns_of(columns[i + 1]);
             if (floats > slot.size()) slot.resize(floats, 1);
           }
         }
@@ -249,7 +249,8 @@ class Sequential {
       return {transient(i) ? transient_[i % 2].data() : outputs_[i].data(), widths[i + 1], columns[i + 1] * batch_};
     }
     [[nodiscard]] MatrixView output(std::size_t i) {
-      return {transient(i) ? transient_[i % 2].data() : outputs_[i].data(), widths[i + 1], columns[i + 1] * batch_};
+      ConstMatrixView const v = std::as_const(*this).output(i);
+      return {const_cast<float*>(v.data), v.rows, v.cols};
     }
     // Layer I's scratch views over `samples` samples: the whole-batch buffers (float), or
     // the chunk area (mixed precision).
