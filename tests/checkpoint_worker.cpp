@@ -1,18 +1,19 @@
 // A training process for the kill tests: Fashion-MNIST, Mirrored<2>, dropout, Adam, a
 // backup after every optimizer step. It can kill itself with SIGKILL at a given step, or
-// in the middle of its K-th backup write (an inotify thread sees the temporary file
-// appear), so the test can restart it and compare with an uninterrupted run.
+// in the middle of its K-th backup write (its temporary file written, not yet made durable
+// and renamed), so the test can restart it and compare with an uninterrupted run.
 //
 //   checkpoint_worker <backup-dir> <result-file> [--kill-at-step N | --kill-during-save K]
-#include <sys/inotify.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
-#include <thread>
 
 #include "strata.hpp"
 
@@ -25,25 +26,26 @@ struct KillAtStep {
   }
 };
 
-// Kills the process as soon as the K-th backup's temporary file is created.
-void kill_during_save(std::string const& dir, int k) {
-  int const fd = inotify_init1(IN_CLOEXEC);
-  if (fd < 0 || inotify_add_watch(fd, dir.c_str(), IN_CREATE) < 0) std::abort();
-  std::thread([fd, k] {
-    alignas(inotify_event) char buffer[4096];
-    int seen = 0;
-    for (;;) {
-      ssize_t const n = read(fd, buffer, sizeof buffer);
-      for (ssize_t at = 0; n > 0 && at < n;) {
-        auto const* event = reinterpret_cast<inotify_event const*>(buffer + at);
-        if (event->len > 0 && std::string(event->name).rfind(".backup-", 0) == 0 && ++seen == k) std::raise(SIGKILL);
-        at += ssize_t(sizeof(inotify_event) + event->len);
-      }
-    }
-  }).detach();
+// The backup write at which to die (0: none), and how many have reached their fsync.
+int kill_at_save = 0;
+std::atomic<int> saves_seen{0};
+
+// Whether fd is open on a backup's temporary file (".backup-...tmp-...", atomic_file.hpp).
+bool is_backup_temporary(int fd) {
+  std::error_code error;
+  auto const path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), error);
+  return !error && path.filename().string().rfind(".backup-", 0) == 0 && strata::io::is_abandoned_temporary(path);
 }
 
 }  // namespace
+
+// strata's writes are compiled into this program (header-only), so its fsync calls land here
+// before libc's: the K-th backup dies with its temporary file fully written but not synced
+// or renamed, at the same point every run. (A thread watching for the file raced the write.)
+extern "C" int fsync(int fd) {
+  if (kill_at_save > 0 && is_backup_temporary(fd) && ++saves_seen == kill_at_save) std::raise(SIGKILL);
+  return int(::syscall(SYS_fsync, fd));
+}
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 5) {
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
   KillAtStep killer;
   if (argc == 5 && std::string(argv[3]) == "--kill-at-step") killer.step = std::atoll(argv[4]);
   std::filesystem::create_directories(dir);
-  if (argc == 5 && std::string(argv[3]) == "--kill-during-save") kill_during_save(dir, std::atoi(argv[4]));
+  if (argc == 5 && std::string(argv[3]) == "--kill-during-save") kill_at_save = std::atoi(argv[4]);
 
   auto const data = strata::data::fashion_mnist(strata::data::Split::test);
   strata::Sequential<strata::Dense<784, 64>, strata::Relu, strata::Dropout, strata::Dense<64, 10>> model(
