@@ -9,6 +9,8 @@
 //   GemmOnly/threads/N  only the GEMMs of one replica's step at batch 256/N, on N threads at once:
 //                       the machine's GEMM rate for exactly this step's shapes (GemmOnly/bf16: in bf16,
 //                       the weights read from a bf16 copy as the trainer's products read them)
+//   GemmOnly/intra_op/N the same GEMMs at batch 256 on one replica, split over N intra-op threads:
+//                       what OneDevice's products cost alone
 // Run: build/benchmarks/step_benchmark --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 
 #include <benchmark/benchmark.h>
@@ -61,10 +63,12 @@ BENCHMARK(hand_written_step)->Name("HandWritten/Eigen")->UseRealTime();
 // in a strata ThreadGroup, whose dispatch costs microseconds against GEMMs of milliseconds).
 // As in Mirrored<N>, the threads read one copy of the weights and write their own gradients;
 // in bf16 they read the weights from a bf16 copy, as the trainer's products do, and round
-// only the activations per product.
-void gemm_only(benchmark::State& state) {
+// only the activations per product. GemmOnly/intra_op: one replica of the whole batch whose
+// products split their output columns over a team of N threads, as OneDevice's do.
+void gemm_only(benchmark::State& state, bool intra_op) {
   int const threads = int(state.range(0));
-  int const per_replica = batch_size / threads;
+  int const replica_threads = intra_op ? 1 : threads;
+  int const per_replica = batch_size / replica_threads;
   using M = Eigen::MatrixXf;
   strata::AlignedBuffer arena(1024 * 784 + 1024 * 1024 + 10 * 1024);
   strata::ConstMatrixView const w1{arena.data(), 1024, 784}, w2{w1.data + w1.size(), 1024, 1024},
@@ -77,7 +81,7 @@ void gemm_only(benchmark::State& state) {
     explicit Replica(int n) : x(M::Random(784, n)), h1(1024, n), h2(1024, n), z(10, n), d2(1024, n), d1(1024, n) {}
   };
   std::vector<Replica> replicas;
-  for (int t = 0; t < threads; ++t) replicas.emplace_back(per_replica);
+  for (int t = 0; t < replica_threads; ++t) replicas.emplace_back(per_replica);
   bool const bf16 = state.range(1) != 0;
   auto gemm = [](strata::ConstMatrixView a, strata::Transpose ta, M const& b, strata::Transpose tb, M& c) {
     strata::CpuBackend::gemm(ta, tb, 1.0f, a, strata::view(b), 0.0f, strata::view(c));
@@ -98,17 +102,22 @@ void gemm_only(benchmark::State& state) {
     gemm(w2, yes, r.d2, no, r.d1);
     gemm(strata::view(r.d1), no, r.x, yes, r.g1);
   };
-  strata::comm::ThreadGroup group(threads);
+  strata::comm::ThreadGroup group(replica_threads);
+  strata::comm::ThreadGroup team_threads(intra_op ? threads : 1);
+  strata::IntraOpTeam const team = team_threads.intra_op_team();
+  if (intra_op) group.bind_intra_op(0, &team);
   for (auto _ : state) {
     group.run(task);
     benchmark::ClobberMemory();
   }
-  report(state, per_replica * threads);
+  report(state, batch_size);
 }
-BENCHMARK(gemm_only)->Name("GemmOnly/threads")->Args({1, 0})->Args({2, 0})->UseRealTime();
+BENCHMARK_CAPTURE(gemm_only, threads, false)->Name("GemmOnly/threads")->Args({1, 0})->Args({2, 0})->UseRealTime();
 // The same with bf16 inputs and float sums, where the engine has them (oneDNN on AVX512_BF16;
 // elsewhere these are the float products again).
-BENCHMARK(gemm_only)->Name("GemmOnly/bf16/threads")->Args({1, 1})->Args({2, 1})->UseRealTime();
+BENCHMARK_CAPTURE(gemm_only, bf16, false)->Name("GemmOnly/bf16/threads")->Args({1, 1})->Args({2, 1})->UseRealTime();
+BENCHMARK_CAPTURE(gemm_only, intra_op, true)->Name("GemmOnly/intra_op")->Args({2, 0})->UseRealTime();
+BENCHMARK_CAPTURE(gemm_only, bf16_intra_op, true)->Name("GemmOnly/bf16/intra_op")->Args({2, 1})->UseRealTime();
 
 }  // namespace
 

@@ -208,6 +208,55 @@ TEST_CASE_TEMPLATE("keeping only the activations a backward reads changes no bit
   CHECK(std::any_of(lean_grads.begin(), lean_grads.end(), [](float g) { return g != 0.0f; }));
 }
 
+namespace {
+// L, declaring that its outputs only select among its inputs (nn::selects_values) or not.
+template <class L, bool Selects>
+struct DeclaredSelecting : L {
+  static constexpr bool selects_values = Selects;
+};
+
+// The logits and the weight gradients of `model` under a 16-bit pass over 600 samples (three
+// chunks, the last one partial), from weights rounded to T.
+template <class T, class Model>
+std::pair<std::vector<float>, std::vector<float>> logits_and_gradients(Model const& model) {
+  std::vector<float> w(model.parameters().begin(), model.parameters().end());
+  round_to<T>(w.data(), w.size());
+  int const n = 600;
+  Matrix const x = detail::eigen(fashion().features()).leftCols(n);
+  typename Model::template Workspace<CpuBackend, T> ws(n);
+  model.template forward<CpuBackend>(ws, w.data(), view(x), {.training = true, .seed = 17});
+  std::vector<float> logits(ws.output().data, ws.output().data + ws.output().size());
+  MatrixView const dy = ws.output_gradient();
+  for (std::size_t i = 0; i < dy.size(); ++i) dy.data[i] = float(int(i % 7) - 3) * 0.01f;
+  std::vector<float> grads(w.size());
+  model.template backward<CpuBackend>(ws, w.data(), grads.data(), view(x), false);
+  return {logits, grads};
+}
+}  // namespace
+
+// A Relu outputs only values its input holds, forward and backward, so a 16-bit pass skips
+// rounding them: the same model with every Relu rounded must agree bit for bit. The check can
+// tell: a Tanh that claimed the same would not.
+TEST_CASE_TEMPLATE("skipping the rounding of a Relu's outputs changes no bit", T, bf16, fp16) {
+  using Relu_ = nn::Relu;
+  using Rounded = DeclaredSelecting<Relu_, false>;
+  using Skipping = Sequential<Dense<784, 48>, Relu_, Dense<48, 32>, Relu_, Relu_, Dense<32, 10>>;
+  using Rounding = Sequential<Dense<784, 48>, Rounded, Dense<48, 32>, Rounded, Rounded, Dense<32, 10>>;
+  static_assert(nn::selects_values<Relu_> && !nn::selects_values<Rounded>);
+  auto const skipping = logits_and_gradients<T>(Skipping(5));
+  auto const rounding = logits_and_gradients<T>(Rounding(5));
+  CHECK(skipping.first == rounding.first);
+  CHECK(skipping.second == rounding.second);
+  CHECK(std::any_of(skipping.second.begin(), skipping.second.end(), [](float g) { return g != 0.0f; }));
+
+  using Tanh_ = nn::Tanh;
+  using Claiming = DeclaredSelecting<Tanh_, true>;
+  auto const honest = logits_and_gradients<T>(Sequential<Dense<784, 48>, Tanh_, Dense<48, 10>>(5));
+  auto const claiming = logits_and_gradients<T>(Sequential<Dense<784, 48>, Claiming, Dense<48, 10>>(5));
+  CHECK(honest.first != claiming.first);
+  CHECK(honest.second != claiming.second);
+}
+
 TEST_CASE_TEMPLATE("a 16-bit backward pass stays close to the float gradient", T, bf16, fp16) {
   Mlp model(11);
   Matrix const x = detail::eigen(fashion().features()).leftCols(200);

@@ -130,7 +130,9 @@ def gemm_rates(python, repetitions):
     """GFLOP/s of the step's eight GEMMs (batch 256; 128 per thread on two), per engine:
     Eigen, OpenBLAS and oneDNN from benchmarks/step_benchmark[_openblas|_dnnl]
     GemmOnly/threads/N, two threads each running one replica's GEMMs (oneDNN also in bf16:
-    GemmOnly/bf16/threads/N, "oneDNN bf16/N"); MKL from torch, one GEMM on two threads."""
+    GemmOnly/bf16/threads/N, "oneDNN bf16/N"), and GemmOnly[/bf16]/intra_op/N, one replica's
+    GEMMs split over N threads as OneDevice's ("oneDNN intra-op/N"); from torch, MKL's float
+    GEMM and torch's bf16 matmul (oneDNN inside the wheel), one GEMM on N threads."""
     rates = {}
     for engine, binary in (("Eigen", "step_benchmark"), ("OpenBLAS", "step_benchmark_openblas"),
                            ("oneDNN", "step_benchmark_dnnl")):
@@ -142,12 +144,13 @@ def gemm_rates(python, repetitions):
         for b in json.loads(out)["benchmarks"]:
             if b.get("run_type") != "iteration":
                 continue
-            parts = b["name"].split("/")  # GemmOnly[/bf16]/threads/N/bf16?/real_time
-            if parts[1] == "bf16":
-                if engine == "oneDNN":  # elsewhere the bf16 variant multiplies floats: no new figure
-                    rates.setdefault(f"{engine} bf16/{parts[3]}", []).append(b["GFLOP_per_second"])
-            else:
-                rates.setdefault(f"{engine}/{parts[2]}", []).append(b["GFLOP_per_second"])
+            parts = b["name"].split("/")  # GemmOnly[/bf16]/threads|intra_op/N/bf16?/real_time
+            bf16 = parts[1] == "bf16"
+            split, n = parts[2:4] if bf16 else parts[1:3]
+            if bf16 and engine != "oneDNN":  # elsewhere the bf16 variant multiplies floats: no new figure
+                continue
+            name = engine + (" bf16" if bf16 else "") + (" intra-op" if split == "intra_op" else "")
+            rates.setdefault(f"{name}/{n}", []).append(b["GFLOP_per_second"])
     out = subprocess.run([python, "torch_gemm.py", "--repetitions", str(repetitions)], capture_output=True, text=True,
                          cwd=HERE)
     if out.returncode == 0:

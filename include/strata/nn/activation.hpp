@@ -116,6 +116,7 @@ struct ActivationMath<CpuBackend> {
 struct Relu : ParameterFreeLayer {
   static std::string name() { return "Relu"; }
   static constexpr BackwardReads backward_reads{.input = false, .output = true};  // dx = dy where y > 0
+  static constexpr bool selects_values = true;  // y = max(x, 0), dx = dy or 0
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
     ActivationMath<B>::relu(x, y);

@@ -116,6 +116,16 @@ inline constexpr BackwardReads backward_reads = [] {
   else return BackwardReads{};
 }();
 
+// Whether every value a layer outputs, forward (y from x) and backward (dx from dy), is one of
+// its inputs' values or zero (Relu: y = max(x, 0), dx = dy or 0). Then what a 16-bit type
+// holds on the way in, it holds on the way out, and a mixed-precision pass need not round the
+// layer's outputs to it: rounding them would change no bit.
+template <class L>
+inline constexpr bool selects_values = [] {
+  if constexpr (requires { L::selects_values; }) return bool(L::selects_values);
+  else return false;
+}();
+
 // Columns per sample of a layer's output for `columns` per sample of its input: a layer
 // that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
 template <class L>
@@ -145,6 +155,8 @@ constexpr int output_columns_of(int columns) {
 //   L::backward_reads            a BackwardReads: what backward reads of x and y (default: both);
 //                                under mixed precision, what it says it does not read it is given
 //                                as a view whose data is null
+//   L::selects_values = true     its outputs only select among its inputs' values and zero
+//                                (above): mixed precision skips rounding them
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

@@ -137,6 +137,8 @@ class Sequential {
   // Layer i's output is kept for backward only where a backward reads it: its own (as y) or
   // the next layer's (as x). The last layer's output, the logits, is always there.
   static constexpr std::array<BackwardReads, layer_count> reads = {backward_reads<Layers>...};
+  // Layers whose outputs a mixed pass need not round (selects_values: Relu).
+  static constexpr std::array<bool, layer_count> selecting = {selects_values<Layers>...};
   static constexpr std::array<bool, layer_count> output_kept = [] {
     std::array<bool, layer_count> kept{};
     for (std::size_t i = 0; i + 1 < layer_count; ++i) kept[i] = reads[i].output || reads[i + 1].input;
@@ -372,7 +374,7 @@ class Sequential {
         T* keep = nullptr;
         if constexpr (output_kept[I])
           if (context.backward_follows) keep = ws.stored_[I].data() + std::size_t(first) * w * c;
-        round_and_keep<T>(y.data, y.size(), keep);
+        round_and_keep<T, !selecting[I]>(y.data, y.size(), keep);
         if (context.backward_follows) keep_scratch<I>(ws, scratch, first, /*save=*/true);
         std::swap(in, out);
       });
@@ -415,7 +417,7 @@ class Sequential {
         MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], columns[I] * n};
         layer.template backward<B>(params + offsets[I], grads + offsets[I], ConstMatrixView{in, widths[I], columns[I] * n},
                                    y, scratch, ConstMatrixView{dy, w, c * n}, dx_view, accumulate || first > 0);
-        round_and_keep<T>(dx_view.data, dx_view.size(), nullptr);
+        round_and_keep<T, !selecting[I]>(dx_view.data, dx_view.size(), nullptr);
         std::swap(dy, dx);
       });
     }
@@ -451,11 +453,13 @@ class Sequential {
 
   // The mixed pass's conversions between layers, split over the bound intra-op team where
   // large (core/intra_op.hpp), like the layers' own element-wise work: y rounded to T in
-  // place and, unless keep is nullptr, kept in T; and a kept activation read back.
-  template <class T>
+  // place (unless `Round` is false: a layer that selects_values outputs only values T holds)
+  // and, unless keep is nullptr, kept in T; and a kept activation read back.
+  template <class T, bool Round = true>
   static void round_and_keep(float* y, std::size_t n, T* keep) {
+    if (!Round && keep == nullptr) return;
     run_split_floats(n, [&](std::size_t begin, std::size_t count) {
-      round_to<T>(y + begin, count);
+      if constexpr (Round) round_to<T>(y + begin, count);
       if (keep != nullptr) store<T>(keep + begin, y + begin, count);
     });
   }
