@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -173,6 +174,36 @@ template <class L>
 struct ReadsBoth : L {
   static constexpr nn::BackwardReads backward_reads{};
 };
+
+// L, declaring that its outputs only select among its inputs (nn::selects_values) or not.
+template <class L, bool Selects>
+struct DeclaredSelecting : L {
+  static constexpr bool selects_values = Selects;
+};
+
+// The logits and the weight gradients of `model` with `weights` rounded to T, under a pass in
+// T over 600 samples (three chunks, the last one partial), from a fixed d(loss)/d(logits).
+template <class T, class Model>
+std::pair<std::vector<float>, std::vector<float>> logits_and_gradients(Model const& model,
+                                                                       std::span<float const> weights) {
+  REQUIRE(weights.size() == model.parameters().size());
+  std::vector<float> w(weights.begin(), weights.end());
+  round_to<T>(w.data(), w.size());
+  int const n = 600;
+  Matrix const x = detail::eigen(fashion().features()).leftCols(n);
+  typename Model::template Workspace<CpuBackend, T> ws(n);
+  model.template forward<CpuBackend>(ws, w.data(), view(x), {.training = true, .seed = 17});
+  std::vector<float> logits(ws.output().data, ws.output().data + ws.output().size());
+  MatrixView const dy = ws.output_gradient();  // anything fixed will do
+  for (std::size_t i = 0; i < dy.size(); ++i) dy.data[i] = float(int(i % 7) - 3) * 0.01f;
+  std::vector<float> grads(w.size());
+  model.template backward<CpuBackend>(ws, w.data(), grads.data(), view(x), false);
+  return {logits, grads};
+}
+
+bool same_bits(std::vector<float> const& a, std::vector<float> const& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 }  // namespace
 
 // What a layer says it does not read is neither stored nor loaded (it gets a null view): the
@@ -185,76 +216,37 @@ TEST_CASE_TEMPLATE("keeping only the activations a backward reads changes no bit
                           ReadsBoth<Gelu>, ReadsBoth<Dropout>, ReadsBoth<Dense<64, 32>>, ReadsBoth<Relu>, Dense<32, 10>>;
   Lean const lean(5, {}, {}, {}, {}, {}, Dropout{0.3f}, {}, {}, {});
   Kept const kept_model(5, {}, {}, {}, {}, {}, {Dropout{0.3f}}, {}, {}, {});
-  std::vector<float> w(lean.parameters().begin(), lean.parameters().end());
-  REQUIRE(w.size() == kept_model.parameters().size());
-  round_to<T>(w.data(), w.size());
-  int const n = 600;  // three chunks, the last one partial
-  Matrix const x = detail::eigen(fashion().features()).leftCols(n);
-  Lean::Workspace<CpuBackend, T> lean_ws(n);
-  Kept::Workspace<CpuBackend, T> kept_ws(n);
-  CHECK(lean_ws.activation_bytes() < kept_ws.activation_bytes());
-  nn::ForwardContext const context{.training = true, .seed = 17};
-  lean.forward<CpuBackend>(lean_ws, w.data(), view(x), context);
-  kept_model.forward<CpuBackend>(kept_ws, w.data(), view(x), context);
-  Matrix const a = detail::eigen(lean_ws.output()), b = detail::eigen(kept_ws.output());
-  REQUIRE(std::memcmp(a.data(), b.data(), std::size_t(a.size()) * sizeof(float)) == 0);
-  // d(loss)/d(logits): anything fixed will do.
-  MatrixView const lean_dy = lean_ws.output_gradient(), kept_dy = kept_ws.output_gradient();
-  for (std::size_t i = 0; i < lean_dy.size(); ++i) lean_dy.data[i] = kept_dy.data[i] = float(int(i % 7) - 3) * 0.01f;
-  std::vector<float> lean_grads(w.size()), kept_grads(w.size());
-  lean.backward<CpuBackend>(lean_ws, w.data(), lean_grads.data(), view(x), false);
-  kept_model.backward<CpuBackend>(kept_ws, w.data(), kept_grads.data(), view(x), false);
-  CHECK(std::memcmp(lean_grads.data(), kept_grads.data(), w.size() * sizeof(float)) == 0);
+  CHECK(Lean::Workspace<CpuBackend, T>(600).activation_bytes() < Kept::Workspace<CpuBackend, T>(600).activation_bytes());
+  auto const [lean_logits, lean_grads] = logits_and_gradients<T>(lean, lean.parameters());
+  auto const [kept_logits, kept_grads] = logits_and_gradients<T>(kept_model, lean.parameters());
+  REQUIRE(same_bits(lean_logits, kept_logits));
+  CHECK(same_bits(lean_grads, kept_grads));
   CHECK(std::any_of(lean_grads.begin(), lean_grads.end(), [](float g) { return g != 0.0f; }));
 }
 
-namespace {
-// L, declaring that its outputs only select among its inputs (nn::selects_values) or not.
-template <class L, bool Selects>
-struct DeclaredSelecting : L {
-  static constexpr bool selects_values = Selects;
-};
-
-// The logits and the weight gradients of `model` under a 16-bit pass over 600 samples (three
-// chunks, the last one partial), from weights rounded to T.
-template <class T, class Model>
-std::pair<std::vector<float>, std::vector<float>> logits_and_gradients(Model const& model) {
-  std::vector<float> w(model.parameters().begin(), model.parameters().end());
-  round_to<T>(w.data(), w.size());
-  int const n = 600;
-  Matrix const x = detail::eigen(fashion().features()).leftCols(n);
-  typename Model::template Workspace<CpuBackend, T> ws(n);
-  model.template forward<CpuBackend>(ws, w.data(), view(x), {.training = true, .seed = 17});
-  std::vector<float> logits(ws.output().data, ws.output().data + ws.output().size());
-  MatrixView const dy = ws.output_gradient();
-  for (std::size_t i = 0; i < dy.size(); ++i) dy.data[i] = float(int(i % 7) - 3) * 0.01f;
-  std::vector<float> grads(w.size());
-  model.template backward<CpuBackend>(ws, w.data(), grads.data(), view(x), false);
-  return {logits, grads};
-}
-}  // namespace
 
 // A Relu outputs only values its input holds, forward and backward, so a 16-bit pass skips
 // rounding them: the same model with every Relu rounded must agree bit for bit. The check can
 // tell: a Tanh that claimed the same would not.
 TEST_CASE_TEMPLATE("skipping the rounding of a Relu's outputs changes no bit", T, bf16, fp16) {
-  using Relu_ = nn::Relu;
-  using Rounded = DeclaredSelecting<Relu_, false>;
-  using Skipping = Sequential<Dense<784, 48>, Relu_, Dense<48, 32>, Relu_, Relu_, Dense<32, 10>>;
+  using Rounded = DeclaredSelecting<Relu, false>;
+  using Skipping = Sequential<Dense<784, 48>, Relu, Dense<48, 32>, Relu, Relu, Dense<32, 10>>;
   using Rounding = Sequential<Dense<784, 48>, Rounded, Dense<48, 32>, Rounded, Rounded, Dense<32, 10>>;
-  static_assert(nn::selects_values<Relu_> && !nn::selects_values<Rounded>);
-  auto const skipping = logits_and_gradients<T>(Skipping(5));
-  auto const rounding = logits_and_gradients<T>(Rounding(5));
-  CHECK(skipping.first == rounding.first);
-  CHECK(skipping.second == rounding.second);
+  static_assert(nn::selects_values<Relu> && !nn::selects_values<Rounded>);
+  Skipping const skipping_model(5);
+  auto const skipping = logits_and_gradients<T>(skipping_model, skipping_model.parameters());
+  auto const rounding = logits_and_gradients<T>(Rounding(5), skipping_model.parameters());
+  CHECK(same_bits(skipping.first, rounding.first));
+  CHECK(same_bits(skipping.second, rounding.second));
   CHECK(std::any_of(skipping.second.begin(), skipping.second.end(), [](float g) { return g != 0.0f; }));
 
-  using Tanh_ = nn::Tanh;
-  using Claiming = DeclaredSelecting<Tanh_, true>;
-  auto const honest = logits_and_gradients<T>(Sequential<Dense<784, 48>, Tanh_, Dense<48, 10>>(5));
-  auto const claiming = logits_and_gradients<T>(Sequential<Dense<784, 48>, Claiming, Dense<48, 10>>(5));
-  CHECK(honest.first != claiming.first);
-  CHECK(honest.second != claiming.second);
+  using Honest = Sequential<Dense<784, 48>, Tanh, Dense<48, 10>>;
+  using Claiming = Sequential<Dense<784, 48>, DeclaredSelecting<Tanh, true>, Dense<48, 10>>;
+  Honest const honest_model(5);
+  auto const honest = logits_and_gradients<T>(honest_model, honest_model.parameters());
+  auto const claiming = logits_and_gradients<T>(Claiming(5), honest_model.parameters());
+  CHECK(!same_bits(honest.first, claiming.first));
+  CHECK(!same_bits(honest.second, claiming.second));
 }
 
 TEST_CASE_TEMPLATE("a 16-bit backward pass stays close to the float gradient", T, bf16, fp16) {
