@@ -1,8 +1,14 @@
 // oneDNN's bf16 matmul alone, on the shapes of the MLP step's products, with the layouts
-// strata gives it (core/dnnl.hpp): the same inputs and output every iteration, so they stay
-// in cache. What the engine does when nothing else runs, against which GemmOnly/bf16 and the
-// trainer's step (step_benchmark) show what the step around the products costs them:
-//   Matmul/<product>/<replica samples>   one thread; FLOP counts a multiply-add as two
+// strata gives it (core/dnnl.hpp), and strata's own bf16 kernel (core/bf16_gemm.hpp) on the
+// same products: the same inputs and output every iteration, so they stay in cache. What
+// the engines do when nothing else runs, against which GemmOnly/bf16 and the trainer's step
+// (step_benchmark) show what the step around the products costs them:
+//   Matmul/<product>/<replica samples>          oneDNN, one thread; FLOP counts a multiply-add as two
+//   Kernel/<product>/<replica samples>          strata's kernel: the weights packed once, outside
+//                                               the loop (as a step could pack them when it writes
+//                                               them); the activations packed in every product
+//   Kernel/<product>/<replica samples>/packing  the weights packed in every product too, as oneDNN does
+// `.../threads:2`: two threads at once, each with its own factors, as Mirrored<2>'s replicas.
 // The product names follow Dense: forward y = W x, weight gradient dW = dy x^T, input
 // gradient dx = W^T dy. Needs a CPU with AVX512_BF16 (else every benchmark says skipped).
 // Run: build/benchmarks/dnnl_matmul --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -10,11 +16,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <strata.hpp>
+#include <strata/core/bf16_gemm.hpp>
 
 namespace {
 
@@ -50,11 +59,63 @@ void forward_784(benchmark::State& s) { matmul(s, 128, 784, 1024, tag::ab, tag::
 void weight_gradient_1024(benchmark::State& s) { matmul(s, 1024, 128, 1024, tag::ba, tag::ab); }
 void weight_gradient_784(benchmark::State& s) { matmul(s, 784, 128, 1024, tag::ba, tag::ab); }
 void input_gradient_1024(benchmark::State& s) { matmul(s, 128, 1024, 1024, tag::ab, tag::ba); }
-BENCHMARK(forward_1024)->Name("Matmul/forward_1024/128")->UseRealTime();
-BENCHMARK(forward_784)->Name("Matmul/forward_784/128")->UseRealTime();
-BENCHMARK(weight_gradient_1024)->Name("Matmul/weight_gradient_1024/128")->UseRealTime();
-BENCHMARK(weight_gradient_784)->Name("Matmul/weight_gradient_784/128")->UseRealTime();
-BENCHMARK(input_gradient_1024)->Name("Matmul/input_gradient_1024/128")->UseRealTime();
+BENCHMARK(forward_1024)->Name("Matmul/forward_1024/128")->UseRealTime()->ThreadRange(1, 2);
+BENCHMARK(forward_784)->Name("Matmul/forward_784/128")->UseRealTime()->ThreadRange(1, 2);
+BENCHMARK(weight_gradient_1024)->Name("Matmul/weight_gradient_1024/128")->UseRealTime()->ThreadRange(1, 2);
+BENCHMARK(weight_gradient_784)->Name("Matmul/weight_gradient_784/128")->UseRealTime()->ThreadRange(1, 2);
+BENCHMARK(input_gradient_1024)->Name("Matmul/input_gradient_1024/128")->UseRealTime()->ThreadRange(1, 2);
+
+// strata's kernel on c (m x n) = op(a) (m x k) op(b) (k x n), column-major as Dense holds
+// its factors; bf16 inputs (the values are those of the oneDNN rows: they do not change the
+// time). `a` is the weights' side; packing it per product or once is `pack_a_every_time`.
+void kernel(benchmark::State& state, int m, int n, int k, bool transpose_a, bool transpose_b,
+            bool pack_a_every_time) {
+  namespace gemm = strata::bf16_gemm;
+  if (!gemm::available()) {
+    state.SkipWithError("skipped: no AVX512_BF16");
+    return;
+  }
+  std::vector<strata::bf16> a(std::size_t(m) * k, strata::bf16(1.0f)), b(std::size_t(k) * n, strata::bf16(1.0f));
+  std::vector<strata::bf16> packed_a(gemm::packed_a_size(m, k)), packed_b(gemm::packed_b_size(k, n));
+  std::vector<float> c(std::size_t(m) * n);
+  gemm::Factor<strata::bf16> const a_factor{a.data(), transpose_a ? k : m, transpose_a},
+      b_factor{b.data(), transpose_b ? n : k, transpose_b};
+  gemm::pack_a(packed_a.data(), a_factor, m, k);
+  for (auto _ : state) {
+    if (pack_a_every_time) gemm::pack_a(packed_a.data(), a_factor, m, k);
+    gemm::ColumnPairs const columns = gemm::columns_of(b_factor, k, n, packed_b.data());
+    gemm::multiply(packed_a.data(), columns, m, n, k, 1.0f, 0.0f, c.data(), m);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["FLOP"] = benchmark::Counter(2.0 * m * k * n, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Dense's products (nn/dense.hpp): forward y = W x, weight gradient dW = dy x^T, input
+// gradient dx = W^T dy; W is out x in. The weight gradient packs both factors every time.
+void register_kernels() {
+  struct Product {
+    char const* name;
+    int m, n, k;
+    bool transpose_a, transpose_b, a_is_weights;
+  };
+  for (Product const& p : {Product{"forward_1024", 1024, 128, 1024, false, false, true},
+                           Product{"forward_784", 1024, 128, 784, false, false, true},
+                           Product{"weight_gradient_1024", 1024, 1024, 128, false, true, false},
+                           Product{"weight_gradient_784", 1024, 784, 128, false, true, false},
+                           Product{"input_gradient_1024", 1024, 128, 1024, true, false, true}}) {
+    for (bool const every_time : {false, true}) {
+      if (every_time && !p.a_is_weights) continue;
+      std::string const name = std::string("Kernel/") + p.name + "/128" + (every_time ? "/packing" : "");
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [p, every_time](benchmark::State& s) {
+                                     kernel(s, p.m, p.n, p.k, p.transpose_a, p.transpose_b, every_time);
+                                   })
+          ->UseRealTime()
+          ->ThreadRange(1, 2);
+    }
+  }
+}
+int const registered = (register_kernels(), 0);
 
 }  // namespace
 

@@ -62,8 +62,8 @@ BENCHMARK(hand_written_step)->Name("HandWritten/Eigen")->UseRealTime();
 // at the replica's share of the batch, on N threads at once (plain std::threads kept alive
 // in a strata ThreadGroup, whose dispatch costs microseconds against GEMMs of milliseconds).
 // As in Mirrored<N>, the threads read one copy of the weights and write their own gradients;
-// in bf16 they read the weights from a bf16 copy, as the trainer's products do, and round
-// only the activations per product. GemmOnly/intra_op: one replica of the whole batch whose
+// in bf16 they read the weights from a bf16 copy (and, on strata's bf16 kernel, from the
+// packed copy), as the trainer's products do, and round only the activations per product. GemmOnly/intra_op: one replica of the whole batch whose
 // products split their output columns over a team of N threads, as OneDevice's do.
 void gemm_only(benchmark::State& state, bool intra_op) {
   int const threads = int(state.range(0));
@@ -76,6 +76,16 @@ void gemm_only(benchmark::State& state, bool intra_op) {
   Eigen::Map<M>(arena.data(), Eigen::Index(arena.size()), 1) = M::Random(Eigen::Index(arena.size()), 1) * 0.05f;
   strata::AlignedArray<strata::bf16> arena_bf16(arena.size());
   strata::round_with_bf16_copy(nullptr, arena_bf16.data(), arena.data(), arena.size());
+  // Where strata's bf16 kernel multiplies, the weights' packed copies too (train/replica_pass.hpp).
+  std::vector<std::vector<strata::bf16>> packed;
+  std::vector<strata::PackedBf16Matrix> packed_matrices;
+  if (strata::bf16_kernel_products())
+    for (strata::ConstMatrixView const w : {w1, w2, w3}) {
+      packed.emplace_back(strata::bf16_gemm::packed_a_size(w.rows, w.cols));
+      strata::bf16_gemm::pack_a(packed.back().data(), strata::bf16_gemm::Factor<float>{w.data, w.rows, false}, w.rows,
+                                w.cols);
+      packed_matrices.push_back({w.data, w.rows, w.cols, packed.back().data()});
+    }
   struct Replica {
     M x, h1, h2, z, d2, d1, g1 = M(1024, 784), g2 = M(1024, 1024), g3 = M(10, 1024);
     explicit Replica(int n) : x(M::Random(784, n)), h1(1024, n), h2(1024, n), z(10, n), d2(1024, n), d1(1024, n) {}
@@ -91,7 +101,7 @@ void gemm_only(benchmark::State& state, bool intra_op) {
   auto task = [&](int rank) {
     strata::Bf16ProductsBinding const products(bf16);
     strata::Bf16CopyBinding const weights_bf16(
-        bf16 ? strata::Bf16Copy{arena.data(), arena_bf16.data(), arena.size()} : strata::Bf16Copy{});
+        bf16 ? strata::Bf16Copy{arena.data(), arena_bf16.data(), arena.size(), packed_matrices} : strata::Bf16Copy{});
     Replica& r = replicas[std::size_t(rank)];
     gemm(w1, no, r.x, no, r.h1);
     gemm(w2, no, r.h1, no, r.h2);

@@ -72,8 +72,9 @@ double worst_in_bound(Matrix const& got, Exact const& exact, double relative) {
 TEST_CASE("the program runs oneDNN and its first line says what MixedPrecision multiplies") {
   std::string const engine = cpu_gemm_engine();
   CHECK(engine.rfind("oneDNN ", 0) == 0);
-  CHECK(engine.find(bf16_products_available() ? "(bf16 products under MixedPrecision)"
-                                              : "(float products under MixedPrecision: no AVX512_BF16)") !=
+  CHECK(engine.find(!bf16_products_available() ? "(float products under MixedPrecision: no AVX512_BF16)"
+                    : bf16_kernel_products()     ? "(bf16 products under MixedPrecision, strata's bf16 kernel)"
+                                                 : "(bf16 products under MixedPrecision, oneDNN's matmul)") !=
         std::string::npos);
 }
 
@@ -100,7 +101,8 @@ TEST_CASE("bf16: products of bf16 inputs with float sums, within bounds from bf1
     for (auto ta : {Transpose::no, Transpose::yes})
       for (auto tb : {Transpose::no, Transpose::yes})
         for (auto [alpha, beta] : {std::array{1.0f, 0.0f}, std::array{0.25f, 1.0f}, std::array{2.0f, 0.5f}})
-          for (auto [m, n, k] : {std::array{5, 7, 3}, std::array{10, 128, 1024}, std::array{96, 230, 129}}) {
+          for (auto [m, n, k] : {std::array{5, 7, 3}, std::array{10, 128, 1024}, std::array{96, 230, 129},
+                                 std::array{40, 33, 1100}}) {  // (the kernel sums 1024 values at a time)
             IntraOpBinding const team_binding(bound);
             Matrix const a = ta == Transpose::no ? random(m, k) : random(k, m);
             Matrix const b = tb == Transpose::no ? random(k, n) : random(n, k);
@@ -164,6 +166,117 @@ TEST_CASE("bf16: a product whose input lies in the bound bf16 copy reads the cop
   CHECK(product(weights) == 2.0f * rounding);
   Matrix const elsewhere = weights;
   CHECK(product(elsewhere) == rounding);
+}
+
+TEST_CASE("bf16: Dense's products give the same bits whether the weights are read from their copies or rounded by the product, split or not") {
+  if (!bf16_kernel_products()) {
+    MESSAGE("skipped: oneDNN's matmul multiplies bf16 on this CPU (AMX)");
+    return;
+  }
+  Rng rng(9);
+  comm::ThreadGroup team_threads(2);
+  IntraOpTeam const team = team_threads.intra_op_team();
+  // Weights as a trainer binds them (rounded, with their bf16 copy and their packed copy) and
+  // the activations the products multiply: Dense's forward (y = W x: strata's kernel, which
+  // reads the packed copy) and input gradient (dx = W^T dy: oneDNN's matmul, which reads the
+  // bf16 copy), with shapes off the kernel's panels of 32 and 8.
+  for (auto [out, in, samples] : {std::array{300, 200, 150}, std::array{10, 64, 130}, std::array{64, 33, 8}}) {
+    CAPTURE(out);
+    Matrix weights = random_matrix(rng, out, in);
+    round_to<bf16>(weights.data(), std::size_t(weights.size()));
+    std::vector<bf16> halves(std::size_t(weights.size()));
+    round_to_product_bf16(halves.data(), weights.data(), halves.size());
+    std::vector<bf16> packed(bf16_gemm::packed_a_size(out, in));
+    bf16_gemm::pack_a(packed.data(), bf16_gemm::Factor<float>{weights.data(), out, false}, out, in);
+    PackedBf16Matrix const matrix{weights.data(), out, in, packed.data()};
+    Matrix const x = random_matrix(rng, in, samples), dy = random_matrix(rng, out, samples);
+    // dx = 0.5 W^T dy + beta dx, from the same dx every time (rng restarted from `start`).
+    auto products = [&](IntraOpTeam const* bound_team, float beta) {
+      IntraOpBinding const team_binding(bound_team);
+      Bf16ProductsBinding const bf16(true);
+      Matrix y = random_matrix(rng, out, samples), dx = random_matrix(rng, in, samples);
+      CpuBackend::gemm(Transpose::no, Transpose::no, 1.0f, view(weights), view(x), 0.0f, view(y));
+      CpuBackend::gemm(Transpose::yes, Transpose::no, 0.5f, view(weights), view(dy), beta, view(dx));
+      return std::array<Matrix, 2>{y, dx};
+    };
+    Rng const start = rng;
+    Bf16Copy const copies{weights.data(), halves.data(), halves.size(), std::span(&matrix, 1)};
+    for (float const beta : {1.0f, 0.0f}) {
+      rng = start;
+      auto const alone = products(nullptr, beta);  // nothing bound, one thread: the products pack the weights
+      for (IntraOpTeam const* bound_team : {static_cast<IntraOpTeam const*>(nullptr), &team})
+        for (bool const bind : {false, true}) {
+          Bf16CopyBinding const bound(bind ? copies : Bf16Copy{});
+          rng = start;
+          auto const got = products(bound_team, beta);
+          CHECK(got[0] == alone[0]);
+          CHECK(got[1] == alone[1]);
+        }
+    }
+    // What is read: the packed copy by the forward product, the bf16 copy by the input
+    // gradient (scaled by powers of two, which scale the products exactly).
+    rng = start;
+    auto const alone = products(nullptr, 0.0f);
+    for (bf16& h : packed) h = bf16(2.0f * float(h));
+    Bf16CopyBinding const bound(copies);
+    rng = start;
+    auto const doubled_packed = products(&team, 0.0f);
+    CHECK(doubled_packed[0] == 2.0f * alone[0]);
+    CHECK(doubled_packed[1] == alone[1]);
+    for (bf16& h : halves) h = bf16(4.0f * float(h));
+    rng = start;
+    CHECK(products(&team, 0.0f)[1] == 4.0f * alone[1]);
+  }
+}
+
+TEST_CASE("bf16: strata's kernel reads a bf16 factor where it lies as it reads it packed, over blocks of its inner dimension") {
+  if (!bf16_kernel_products()) {
+    MESSAGE("skipped: oneDNN's matmul multiplies bf16 on this CPU (AMX)");
+    return;
+  }
+  namespace gemm = bf16_gemm;
+  Rng rng(11);
+  // k = 2100: three blocks of block_pairs; n = 24: whole panels of 8, which a plain factor needs.
+  for (auto [m, n, k] : {std::array{70, 24, 2100}, std::array{32, 8, 2}, std::array{5, 16, 64}}) {
+    CAPTURE(k);
+    Matrix const a = random_matrix(rng, m, k), b = rounded_to_bf16(random_matrix(rng, k, n)), c0 = random_matrix(rng, m, n);
+    std::vector<bf16> b_halves(std::size_t(b.size())), packed_a(gemm::packed_a_size(m, k)), buffer(gemm::packed_b_size(k, n));
+    round_to_product_bf16(b_halves.data(), b.data(), b_halves.size());
+    gemm::pack_a(packed_a.data(), gemm::Factor<float>{a.data(), m, false}, m, k);
+    auto product = [&](gemm::ColumnPairs columns) {
+      Matrix c = c0;
+      gemm::multiply(packed_a.data(), columns, m, n, k, 0.5f, 2.0f, c.data(), m);
+      return c;
+    };
+    gemm::ColumnPairs const where_it_lies = gemm::columns_of(gemm::Factor<bf16>{b_halves.data(), k, false}, k, n, buffer.data());
+    CHECK_FALSE(where_it_lies.packed);
+    Matrix const plain = product(where_it_lies);
+    CHECK(plain == product(gemm::columns_of(gemm::Factor<float>{b.data(), k, false}, k, n, buffer.data())));
+    Exact const exact = exact_product(Transpose::no, Transpose::no, 0.5f, rounded_to_bf16(a), b, 2.0f, c0);
+    CHECK(worst_in_bound(plain, exact, double(k + 2) * float_unit) <= 1.0);
+  }
+}
+
+TEST_CASE("bf16: the packed copy refreshed element range by element range is the packing of the whole matrix") {
+  if (!bf16_kernel_products()) {
+    MESSAGE("skipped: oneDNN's matmul multiplies bf16 on this CPU (AMX)");
+    return;
+  }
+  Rng rng(10);
+  for (auto [rows, cols] : {std::array{1024, 784}, std::array{10, 1024}, std::array{33, 7}, std::array{48, 5}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    Matrix const w = random_matrix(rng, rows, cols);
+    std::vector<bf16> whole(bf16_gemm::packed_a_size(rows, cols)), ranges(whole.size());
+    bf16_gemm::pack_a(whole.data(), bf16_gemm::Factor<float>{w.data(), rows, false}, rows, cols);
+    std::size_t const size = std::size_t(w.size());
+    for (std::size_t from = 0, length = 1; from < size; length = length * 3 + 5) {  // ranges of every alignment
+      std::size_t const to = std::min(size, from + length);
+      bf16_gemm::pack_a_elements(ranges.data(), w.data() + from, rows, cols, from, to);
+      from = to;
+    }
+    CHECK(std::memcmp(whole.data(), ranges.data(), whole.size() * sizeof(bf16)) == 0);
+  }
 }
 
 TEST_CASE("bf16: the one-pass refresh of the rounded weights and their bf16 copy gives the bits of the two passes") {

@@ -28,8 +28,10 @@
 namespace strata {
 
 #if !defined(STRATA_DNNL)
-// Without oneDNN, every product multiplies floats (core/dnnl.hpp says when they are bf16).
+// Without oneDNN, every product multiplies floats (core/dnnl.hpp says when they are bf16,
+// and on which engine).
 inline bool bf16_products_available() { return false; }
+inline bool bf16_kernel_products() { return false; }
 #endif
 
 // out[i] = in[i] rounded to bf16 exactly as a bf16 product rounds its inputs: what a
@@ -190,10 +192,14 @@ struct CpuBackend {
 
 #if defined(STRATA_DNNL)
   // oneDNN: bf16 inputs with float sums where a mixed-precision pass bound them and the CPU
-  // has bf16 dot products, else float (core/dnnl.hpp).
+  // has bf16 dot products (on strata's kernel or oneDNN's matmul), else float (core/dnnl.hpp).
   static void dnnl_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
                         MatrixView c, int parts) {
     bool const bf16 = bf16_products_bound && bf16_products_available();
+    if (bf16 && bf16_kernel_products() && !trans_a) {  // (see kernel_bf16_gemm for the transposed ones)
+      detail::kernel_bf16_gemm(trans_b, alpha, a, b, beta, c, parts);
+      return;
+    }
     detail::DnnlBf16Products::Inputs inputs{};  // the caller's bf16 copies, read by every part
     if (bf16) inputs = detail::DnnlBf16Products::of_this_thread().round_inputs(a, b);
     run_intra_op(parts, [&](int p) {

@@ -3,9 +3,12 @@
 // (it defines STRATA_DNNL). oneDNN is what PyTorch and TensorFlow call for CPU matrix
 // products. Float products run `dnnl_sgemm`. Where a mixed-precision pass has bound bf16
 // products (core/product_precision.hpp) and the CPU has bf16 dot products (AVX512_BF16,
-// AMX), the inputs are rounded to bf16 and oneDNN's matmul multiplies them with float sums:
-// about twice the float rate (docs/benchmarks.md). Whether the CPU has them is asked once
-// per process.
+// AMX), the inputs are rounded to bf16 and multiplied with float sums, about twice the float
+// rate (docs/benchmarks.md). On AVX512_BF16, strata's own kernel (core/bf16_gemm.hpp)
+// multiplies the products whose first factor is not transposed (the weights, in Dense's
+// forward, as the update packed them) and oneDNN's matmul the others; on AMX, oneDNN's
+// matmul all of them, since its tile units outrun any dot-product kernel.
+// What the CPU has is asked once per process.
 //
 // Replicas are strata's threads, so every product runs on the thread that calls it: each
 // calling thread sets its OpenMP team (oneDNN's threads in Debian's build) to one thread the
@@ -23,7 +26,9 @@
 #include <utility>
 #include <vector>
 
+#include "strata/core/bf16_gemm.hpp"
 #include "strata/core/dtype.hpp"
+#include "strata/core/intra_op.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/product_precision.hpp"
 #include "strata/core/tensor.hpp"
@@ -316,6 +321,53 @@ class DnnlBf16Products {
   std::vector<bf16> a_, b_;
 };
 
+// c = alpha * a op(b) + beta * c on strata's bf16 kernel, split over the bound intra-op team
+// into `parts` of c's columns: a (in Dense's and attention's products, the weights) is the
+// kernel's packed first factor, read from its packed copy where one is bound (the update
+// writes it) or packed here, each part packing a share of its panels before any part
+// multiplies; each part packs its columns of op(b). A
+// factor without a bound copy is rounded while packed, to the copy's bits: bound or not,
+// split or not, a product gives the same bits.
+// Products of a transposed a (Dense's input gradient, W^T dy) stay on oneDNN's matmul: as
+// c^T = op(b)^T a on the kernel, with a read where it lies, they ran slower in the MLP's
+// step (docs/benchmarks.md).
+inline void kernel_bf16_gemm(bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta, MatrixView c,
+                             int parts) {
+  namespace gemm = bf16_gemm;
+  thread_local std::vector<bf16> shared, own;  // the calling thread's, read by all parts; each part's own
+  Bf16Copy const& bound = bf16_copy_bound;     // (this thread's: the parts' threads bind none)
+  // A factor as the kernel takes it: its bf16 copy where it lies in the bound one, else its floats.
+  auto with_factor = [](ConstMatrixView x, bf16 const* copy, bool transposed, auto&& f) {
+    if (copy != nullptr) f(gemm::Factor<bf16>{copy, x.rows, transposed});
+    else f(gemm::Factor<float>{x.data, x.rows, transposed});
+  };
+  int const m = c.rows, k = a.cols;
+  bf16 const* packed = bound.find_packed(a.data, a.rows, a.cols);
+  if (packed == nullptr) {  // packed here, its panels split over the parts as the product is
+    shared.resize(gemm::packed_a_size(m, k));
+    bf16* const out = shared.data();  // (a thread_local named in a part would be that thread's)
+    bf16 const* const a_copy = bound.find(a.data, a.size());
+    int const panels = gemm::panels(m, gemm::panel_rows), pack_parts = std::min(parts, panels);
+    run_intra_op(pack_parts, [&](int p) {
+      auto const [first, count] = split_evenly(panels, pack_parts, p);
+      int const row = first * gemm::panel_rows, rows = std::min(m - row, count * gemm::panel_rows);
+      with_factor(a, a_copy, false, [&](auto factor) {
+        gemm::pack_a(out + std::size_t(first) * gemm::packed_a_size(gemm::panel_rows, k), factor.from(row, 0), rows, k);
+      });
+    });
+    packed = out;
+  }
+  bf16 const* const b_copy = bound.find(b.data, b.size());
+  run_intra_op(parts, [&](int p) {
+    auto const [first, count] = split_columns(c.cols, parts, p);
+    with_factor(b, b_copy, trans_b, [&](auto factor) {
+      own.resize(gemm::packed_b_size(k, count));
+      gemm::ColumnPairs const columns = gemm::columns_of(factor.from(0, first), k, count, own.data());
+      gemm::multiply(packed, columns, m, count, k, alpha, beta, c.columns(first, count).data, c.rows);
+    });
+  });
+}
+
 // Output columns [first, first + count) of c = alpha * op(a) * op(b) + beta * c in float:
 // dnnl_sgemm is row-major, so it computes c^T = op(b)^T op(a)^T.
 inline void dnnl_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
@@ -337,14 +389,25 @@ inline bool bf16_products_available() {
   return available;
 }
 
-// "oneDNN 2.6.3, avx512_core_bf16 (bf16 products under MixedPrecision)": the version, the
-// instruction set it runs and what MixedPrecision multiplies.
+// Whether strata's bf16 kernel multiplies them (core/bf16_gemm.hpp): on AVX512_BF16 without
+// AMX. Asked once.
+inline bool bf16_kernel_products() {
+  static bool const kernel =
+      bf16_products_available() && bf16_gemm::available() &&
+      (detail::dnnl_isa() & dnnl_cpu_isa_avx512_core_amx) != dnnl_cpu_isa_avx512_core_amx;
+  return kernel;
+}
+
+// "oneDNN 2.6.3, avx512_core_bf16 (bf16 products under MixedPrecision, strata's bf16
+// kernel)": the version, the instruction set it runs and what MixedPrecision multiplies, on
+// which engine.
 inline std::string cpu_gemm_engine() {
   dnnl_version_t const* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", " +
          detail::dnnl_isa_name(detail::dnnl_isa()) +
-         (bf16_products_available() ? " (bf16 products under MixedPrecision)"
-                                    : " (float products under MixedPrecision: no AVX512_BF16)");
+         (!bf16_products_available() ? " (float products under MixedPrecision: no AVX512_BF16)"
+          : bf16_kernel_products()   ? " (bf16 products under MixedPrecision, strata's bf16 kernel)"
+                                     : " (bf16 products under MixedPrecision, oneDNN's matmul)");
 }
 
 }  // namespace strata

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <span>
 
 #include "strata/core/dtype.hpp"
 
@@ -33,12 +34,30 @@ class Bf16ProductsBinding {
   bool previous_;
 };
 
+// A weight matrix (rows x cols, column-major, at `floats`) rounded like a Bf16Copy and laid
+// out as strata's bf16 kernel reads a product's first factor (bf16_gemm::pack_a,
+// core/bf16_gemm.hpp): a product that multiplies by it reads it without packing it.
+struct PackedBf16Matrix {
+  float const* floats = nullptr;
+  int rows = 0, cols = 0;
+  bf16 const* packed = nullptr;
+};
+
 // copy[i] is floats[i] rounded to bf16 the way the GEMM engine rounds a product's inputs
-// (round_to_product_bf16 in core/backend.hpp), for i < size. Empty: no copy.
+// (round_to_product_bf16 in core/backend.hpp), for i < size; `packed`, where the engine is
+// strata's bf16 kernel, the weight matrices among them in its layout. Empty: no copy.
 struct Bf16Copy {
   float const* floats = nullptr;
   bf16 const* copy = nullptr;
   std::size_t size = 0;
+  std::span<PackedBf16Matrix const> packed{};
+
+  // The packed copy of the rows x cols matrix at `data`, or nullptr.
+  [[nodiscard]] bf16 const* find_packed(float const* data, int rows, int cols) const {
+    for (PackedBf16Matrix const& m : packed)
+      if (m.floats == data && m.rows == rows && m.cols == cols) return m.packed;
+    return nullptr;
+  }
 
   // The copy of floats [data, data + n), or nullptr where they are not all inside it.
   [[nodiscard]] bf16 const* find(float const* data, std::size_t n) const {

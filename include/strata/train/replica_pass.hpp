@@ -13,6 +13,7 @@
 
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/backend.hpp"
+#include "strata/core/bf16_gemm.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/core/product_precision.hpp"
 #include "strata/nn/layer.hpp"
@@ -116,8 +117,11 @@ class ReplicaPass<Model, policy::Cpu, T> {
 // that their products read it instead of rounding the weights in every product
 // (core/product_precision.hpp). Then the rounded float copy of a tensor that only products
 // read (nn::ParameterTensor::read_by_products_only: Dense kernels) is never written: its
-// addresses only name the bf16 copy, which saves a third of the refresh's stores. The Cuda
-// form (train/replica_pass_cuda.hpp) keeps a copy on each GPU.
+// addresses only name the bf16 copy, which saves a third of the refresh's stores. Where
+// strata's bf16 kernel multiplies (bf16_kernel_products(), core/dnnl.hpp), such a tensor that
+// is a matrix also gets a copy in the kernel's packed layout, refreshed in the same pass, so
+// that no product packs the weights. The Cuda form (train/replica_pass_cuda.hpp) keeps a
+// copy on each GPU.
 template <class Device, class T>
 class ReplicaWeights;
 
@@ -133,9 +137,22 @@ class ReplicaWeights<policy::Cpu, T> {
     if constexpr (rounded) copy_ = AlignedBuffer(host.size());
     if (std::is_same_v<T, bf16> && bf16_products_available()) {
       halves_ = AlignedArray<bf16>(host.size());
-      for (nn::ParameterTensor const& t : tensors)
-        if (t.read_by_products_only) products_only_.push_back({t.offset, t.offset + nn::element_count(t.shape)});
+      std::size_t packed_size = 0;
+      for (nn::ParameterTensor const& t : tensors) {
+        if (!t.read_by_products_only) continue;
+        Range range{t.offset, t.offset + nn::element_count(t.shape)};
+        if (packs_matrices() && t.shape.size() == 2) {  // Keras's {in, out}: column-major out x in
+          range.rows = int(t.shape[1]);
+          range.cols = int(t.shape[0]);
+          range.packed = packed_size;
+          packed_size += bf16_gemm::packed_a_size(range.rows, range.cols);
+        }
+        products_only_.push_back(range);
+      }
       std::sort(products_only_.begin(), products_only_.end());
+      packed_ = AlignedArray<bf16>(packed_size);  // zero: the padding of the panels stays so
+      for (Range const& r : products_only_)
+        if (r.rows > 0) packed_matrices_.push_back({copy_.data() + r.begin, r.rows, r.cols, packed_.data() + r.packed});
     }
     refresh(0, host.size());
   }
@@ -144,9 +161,10 @@ class ReplicaWeights<policy::Cpu, T> {
   void refresh(std::size_t begin, std::size_t end) {
     if constexpr (std::is_same_v<T, bf16>) {
       if (!halves_.empty()) {  // both copies in one pass over the fresh weights
-        for_runs(begin, end, [&](std::size_t from, std::size_t to, bool products_only) {
+        for_runs(begin, end, [&](std::size_t from, std::size_t to, Range const* products_only) {
           round_with_bf16_copy(products_only ? nullptr : copy_.data() + from, halves_.data() + from,
                                host_.data() + from, to - from);
+          if (products_only && products_only->rows > 0) pack(*products_only, from, to);
         });
         return;
       }
@@ -165,17 +183,28 @@ class ReplicaWeights<policy::Cpu, T> {
   // For the duration of replica r's task: its products read the bf16 copy, where there is one.
   [[nodiscard]] Bf16CopyBinding bind_copy(int /*replica*/) const {
     if (halves_.empty()) return Bf16CopyBinding({});
-    return Bf16CopyBinding({copy_.data(), halves_.data(), halves_.size()});
+    return Bf16CopyBinding({copy_.data(), halves_.data(), halves_.size(), packed_matrices_});
   }
 
  private:
+  // A products-only tensor; with rows > 0, a matrix with a packed copy at packed_ + packed.
   struct Range {
     std::size_t begin, end;
+    int rows = 0, cols = 0;
+    std::size_t packed = 0;
     auto operator<=>(Range const&) const = default;
   };
 
-  // Calls f(from, to, products_only) for the runs of [begin, end) inside and outside the
-  // products-only tensors, in order.
+  static bool packs_matrices() { return bf16_kernel_products(); }
+
+  // The packed copy of host elements [from, to) of `matrix`.
+  void pack(Range const& matrix, std::size_t from, std::size_t to) {
+    bf16_gemm::pack_a_elements(packed_.data() + matrix.packed, host_.data() + from, matrix.rows, matrix.cols,
+                               from - matrix.begin, to - matrix.begin);
+  }
+
+  // Calls f(from, to, products_only) for the runs of [begin, end) inside the products-only
+  // tensors (products_only: the tensor's range) and outside them (nullptr), in order.
   template <class F>
   void for_runs(std::size_t begin, std::size_t end, F&& f) const {
     auto range = std::upper_bound(products_only_.begin(), products_only_.end(), begin,
@@ -185,7 +214,7 @@ class ReplicaWeights<policy::Cpu, T> {
       bool const inside = more && range->begin <= at;
       std::size_t const boundary = !more ? end : inside ? range->end : range->begin;  // where this run ends
       std::size_t const to = std::min(end, boundary);
-      f(at, to, inside);
+      f(at, to, inside ? &*range : nullptr);
       if (inside) ++range;
       at = to;
     }
@@ -195,6 +224,8 @@ class ReplicaWeights<policy::Cpu, T> {
   AlignedBuffer copy_;                 // mixed precision: the weights rounded to T
   AlignedArray<bf16> halves_;          // bf16 products: copy_ in bf16
   std::vector<Range> products_only_;  // with halves_: where copy_ is not written
+  AlignedArray<bf16> packed_;          // the packed copies of products-only matrices
+  std::vector<PackedBf16Matrix> packed_matrices_;
 };
 
 // Binds `weights.bind_copy(r)` on this thread where the weights keep a bf16 copy for the

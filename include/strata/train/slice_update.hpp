@@ -96,8 +96,15 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
       for (std::size_t p = 0; p < pieces_[std::size_t(r)].size(); ++p) {
         Piece const& piece = pieces_[std::size_t(r)][p];
         slice_floats_[std::size_t(r)] += std::int64_t(piece.end - piece.begin);
-        for (std::size_t begin = piece.begin; begin < piece.end; begin += chunk_floats)
-          chunks_[std::size_t(r)].push_back({begin, std::min(chunk_floats, piece.end - begin), p});
+        // Chunks start at multiples of chunk_floats into their tensor, wherever the slice
+        // starts: whole pairs of a matrix's columns, which the refresh of a packed copy
+        // writes fastest (ReplicaWeights).
+        std::size_t const origin = tensors[piece.tensor].offset;
+        for (std::size_t begin = piece.begin; begin < piece.end;) {
+          std::size_t const end = std::min(piece.end, origin + ((begin - origin) / chunk_floats + 1) * chunk_floats);
+          chunks_[std::size_t(r)].push_back({begin, end - begin, p});
+          begin = end;
+        }
       }
       if constexpr (layerwise) tensor_shares_[std::size_t(r)].resize(tensors.size());
     }
