@@ -63,8 +63,9 @@ BENCHMARK(hand_written_step)->Name("HandWritten/Eigen")->UseRealTime();
 // in a strata ThreadGroup, whose dispatch costs microseconds against GEMMs of milliseconds).
 // As in Mirrored<N>, the threads read one copy of the weights and write their own gradients;
 // in bf16 they read the weights from a bf16 copy (and, on strata's bf16 kernel, from the
-// packed copy), as the trainer's products do, and round only the activations per product. GemmOnly/intra_op: one replica of the whole batch whose
-// products split their output columns over a team of N threads, as OneDevice's do.
+// packed copy), as the trainer's products do, and round only the activations per product.
+// GemmOnly/intra_op: one replica of the whole batch whose products split their output
+// columns over a team of N threads, as OneDevice's do.
 void gemm_only(benchmark::State& state, bool intra_op) {
   int const threads = int(state.range(0));
   int const replica_threads = intra_op ? 1 : threads;

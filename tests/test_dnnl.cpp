@@ -239,8 +239,10 @@ TEST_CASE("bf16: strata's kernel reads a bf16 factor where it lies as it reads i
   // k = 2100: three blocks of block_pairs; n = 24: whole panels of 8, which a plain factor needs.
   for (auto [m, n, k] : {std::array{70, 24, 2100}, std::array{32, 8, 2}, std::array{5, 16, 64}}) {
     CAPTURE(k);
-    Matrix const a = random_matrix(rng, m, k), b = rounded_to_bf16(random_matrix(rng, k, n)), c0 = random_matrix(rng, m, n);
-    std::vector<bf16> b_halves(std::size_t(b.size())), packed_a(gemm::packed_a_size(m, k)), buffer(gemm::packed_b_size(k, n));
+    Matrix const a = random_matrix(rng, m, k), b = rounded_to_bf16(random_matrix(rng, k, n));
+    Matrix const c0 = random_matrix(rng, m, n);
+    std::vector<bf16> b_halves(std::size_t(b.size())), packed_a(gemm::packed_a_size(m, k));
+    std::vector<bf16> buffer(gemm::packed_b_size(k, n));
     round_to_product_bf16(b_halves.data(), b.data(), b_halves.size());
     gemm::pack_a(packed_a.data(), gemm::Factor<float>{a.data(), m, false}, m, k);
     auto product = [&](gemm::ColumnPairs columns) {
@@ -248,7 +250,8 @@ TEST_CASE("bf16: strata's kernel reads a bf16 factor where it lies as it reads i
       gemm::multiply(packed_a.data(), columns, m, n, k, 0.5f, 2.0f, c.data(), m);
       return c;
     };
-    gemm::ColumnPairs const where_it_lies = gemm::columns_of(gemm::Factor<bf16>{b_halves.data(), k, false}, k, n, buffer.data());
+    gemm::ColumnPairs const where_it_lies =
+        gemm::columns_of(gemm::Factor<bf16>{b_halves.data(), k, false}, k, n, buffer.data());
     CHECK_FALSE(where_it_lies.packed);
     Matrix const plain = product(where_it_lies);
     CHECK(plain == product(gemm::columns_of(gemm::Factor<float>{b.data(), k, false}, k, n, buffer.data())));

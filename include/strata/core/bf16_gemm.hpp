@@ -102,8 +102,7 @@ STRATA_BF16_KERNEL inline __m512i load_32(T const* x) {
 // The pairs of 32 rows of a factor whose rows are contiguous in memory (op(x) not
 // transposed: x0 and x1 are rows 0..31 of two adjacent columns): 64 words, row by row.
 template <class T, bool streamed = false>
-STRATA_BF16_KERNEL inline void interleave_32(std::uint16_t* out, T const* x0,
-                                                                                   T const* x1) {
+STRATA_BF16_KERNEL inline void interleave_32(std::uint16_t* out, T const* x0, T const* x1) {
   __m512i const first = load_32(x0), second = load_32(x1);
   // Word i of the result: row i / 2 of `first` (even i) or of `second` (odd i).
   __m512i const low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
@@ -121,8 +120,7 @@ STRATA_BF16_KERNEL inline void interleave_32(std::uint16_t* out, T const* x0,
 // Pairs [p, p + 16) of one row of a factor whose pairs lie side by side in memory (op(x)
 // transposed: `x` is the row's value 2p), each pair written `stride` words after the last.
 template <class T>
-STRATA_BF16_KERNEL inline void scatter_16_pairs(std::uint16_t* out, T const* x,
-                                                                                       int stride) {
+STRATA_BF16_KERNEL inline void scatter_16_pairs(std::uint16_t* out, T const* x, int stride) {
   __m512i const index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32(stride / 2));
   _mm512_i32scatter_epi32(out, index, load_32(x), 4);
@@ -131,8 +129,7 @@ STRATA_BF16_KERNEL inline void scatter_16_pairs(std::uint16_t* out, T const* x,
 // `count` words of one pair of op(x): rows [row, row + rows) at pair p, zero past `rows`
 // and past k. The general case, for the edges of the fast paths below.
 template <class T>
-STRATA_BF16_KERNEL void pack_pair(std::uint16_t* out, Factor<T> x, int row, int rows,
-                                                             int count, int p, int k) {
+STRATA_BF16_KERNEL void pack_pair(std::uint16_t* out, Factor<T> x, int row, int rows, int count, int p, int k) {
   for (int i = 0; i < count; ++i) {
     bool const inside = i < rows;
     out[2 * i] = inside ? bits_of(*x.address(row + i, 2 * p)) : 0;
@@ -146,7 +143,8 @@ template <int per_panel, class T>
 STRATA_BF16_KERNEL void pack_rows(std::uint16_t* out, Factor<T> x, int m, int k) {
   std::size_t const panel_size = std::size_t(pairs(k)) * 2 * per_panel;
   auto pair_at = [&](int row, int p) {
-    return out + std::size_t(row / per_panel) * panel_size + std::size_t(row % per_panel) * 2 + std::size_t(p) * 2 * per_panel;
+    return out + std::size_t(row / per_panel) * panel_size + std::size_t(row % per_panel) * 2 +
+           std::size_t(p) * 2 * per_panel;
   };
   int const whole_pairs = k / 2;
   int row = 0;
@@ -160,7 +158,8 @@ STRATA_BF16_KERNEL void pack_rows(std::uint16_t* out, Factor<T> x, int m, int k)
   } else {  // each row's pairs lie side by side: 16 pairs at a time, scattered to their panels
     for (; row + per_panel <= m; row += per_panel)
       for (int i = row; i < row + per_panel; ++i)
-        for (int p = 0; p + 16 <= whole_pairs; p += 16) scatter_16_pairs(pair_at(i, p), x.address(i, 2 * p), 2 * per_panel);
+        for (int p = 0; p + 16 <= whole_pairs; p += 16)
+          scatter_16_pairs(pair_at(i, p), x.address(i, 2 * p), 2 * per_panel);
   }
   // What the fast paths left: the rows past them, the last pairs of a row, an odd k's last value.
   int const done_pairs = x.transposed ? whole_pairs / 16 * 16 : whole_pairs;
@@ -188,22 +187,16 @@ void pack_b(bf16* out, Factor<T> b, int k, int n) {
 
 namespace detail {
 
-// Rows [row, row + count) of column `column` of a matrix with k columns (count <= 16, and
-// within one group of 16; x points at the first), rounded, into their words of pack_a's layout at `out`: every other word, the
-// other being the pair's other column (zero for an odd k's last column, written here).
+// Rows [row, row + count) of column `column` of a matrix with k columns (within one group
+// of 16 rows; x points at the first), rounded, into their words of pack_a's layout at
+// `out`: every other word, the other being the pair's other column (zero for an odd k's
+// last column, written here).
 STRATA_BF16_KERNEL inline void pack_column_rows(std::uint16_t* out, float const* x, int k, int column, int row,
                                                 int count) {
   std::size_t const panel_size = std::size_t(pairs(k)) * 2 * panel_rows;
-  std::uint16_t* const pair = out + std::size_t(row / panel_rows) * panel_size + std::size_t(column / 2) * 2 * panel_rows +
-                              std::size_t(row % panel_rows) * 2;
+  std::uint16_t* const pair = out + std::size_t(row / panel_rows) * panel_size +
+                              std::size_t(column / 2) * 2 * panel_rows + std::size_t(row % panel_rows) * 2;
   bool const odd = column % 2 == 1, last_of_odd_k = column == k - 1 && k % 2 == 1;
-  if (row % 16 != 0) {  // a range that starts inside a group of 16 rows: one by one up to the next group
-    for (int i = 0; i < count; ++i) {
-      pair[2 * i + odd] = bits_of(x[i]);
-      if (last_of_odd_k) pair[2 * i + 1] = 0;
-    }
-    return;
-  }
   __m256bh const rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(__mmask16((1u << count) - 1), x));
   // (Zero-masked forms: GCC 12's plain ones start from an "undefined" packet it then warns
   // about, bug 105593; all lanes are kept, so the result is the same.)
@@ -227,7 +220,7 @@ STRATA_BF16_KERNEL inline void pack_a_elements(bf16* out, float const* w, int m,
   bool const aligned = reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
   auto column_rows = [&](float const* x, int column, int from, int to) {  // rows [from, to) of one column
     for (int row = from; row < to;) {
-      int const count = std::min(to - row, row % 16 == 0 ? 16 : 16 - row % 16);
+      int const count = std::min(to - row, 16 - row % 16);
       detail::pack_column_rows(o, x + (row - from), k, column, row, count);
       row += count;
     }
@@ -238,7 +231,8 @@ STRATA_BF16_KERNEL inline void pack_a_elements(bf16* out, float const* w, int m,
     if (row == 0 && column % 2 == 0 && column + 1 < k && e + 2 * rows <= end) {  // two whole columns
       int r = 0;
       for (; r + panel_rows <= m; r += panel_rows) {
-        std::uint16_t* const pair = o + std::size_t(r / panel_rows) * panel_size + std::size_t(column / 2) * 2 * panel_rows;
+        std::uint16_t* const pair =
+            o + std::size_t(r / panel_rows) * panel_size + std::size_t(column / 2) * 2 * panel_rows;
         if (aligned) detail::interleave_32<float, true>(pair, x + r, x + rows + r);
         else detail::interleave_32(pair, x + r, x + rows + r);
       }

@@ -325,9 +325,9 @@ class DnnlBf16Products {
 // into `parts` of c's columns: a (in Dense's and attention's products, the weights) is the
 // kernel's packed first factor, read from its packed copy where one is bound (the update
 // writes it) or packed here, each part packing a share of its panels before any part
-// multiplies; each part packs its columns of op(b). A
-// factor without a bound copy is rounded while packed, to the copy's bits: bound or not,
-// split or not, a product gives the same bits.
+// multiplies; each part packs its columns of op(b). A factor without a bound copy is
+// rounded while packed, to the copy's bits: bound or not, split or not, a product gives the
+// same bits.
 // Products of a transposed a (Dense's input gradient, W^T dy) stay on oneDNN's matmul: as
 // c^T = op(b)^T a on the kernel, with a read where it lies, they ran slower in the MLP's
 // step (docs/benchmarks.md).

@@ -141,7 +141,7 @@ class ReplicaWeights<policy::Cpu, T> {
       for (nn::ParameterTensor const& t : tensors) {
         if (!t.read_by_products_only) continue;
         Range range{t.offset, t.offset + nn::element_count(t.shape)};
-        if (packs_matrices() && t.shape.size() == 2) {  // Keras's {in, out}: column-major out x in
+        if (bf16_kernel_products() && t.shape.size() == 2) {  // Keras's {in, out}: column-major out x in
           range.rows = int(t.shape[1]);
           range.cols = int(t.shape[0]);
           range.packed = packed_size;
@@ -194,8 +194,6 @@ class ReplicaWeights<policy::Cpu, T> {
     std::size_t packed = 0;
     auto operator<=>(Range const&) const = default;
   };
-
-  static bool packs_matrices() { return bf16_kernel_products(); }
 
   // The packed copy of host elements [from, to) of `matrix`.
   void pack(Range const& matrix, std::size_t from, std::size_t to) {
