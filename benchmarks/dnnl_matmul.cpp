@@ -8,6 +8,7 @@
 //                                               the loop (as a step could pack them when it writes
 //                                               them); the activations packed in every product
 //   Kernel/<product>/<replica samples>/packing  the weights packed in every product too, as oneDNN does
+//   Pack/activations_<k>/<replica samples>      the kernel packing a forward product's activations (floats)
 // `.../threads:2`: two threads at once, each with its own factors, as Mirrored<2>'s replicas.
 // The product names follow Dense: forward y = W x, weight gradient dW = dy x^T, input
 // gradient dx = W^T dy. Needs a CPU with AVX512_BF16 (else every benchmark says skipped).
@@ -116,6 +117,27 @@ void register_kernels() {
   }
 }
 int const registered = (register_kernels(), 0);
+
+// What the kernel's forward products do first in the step: pack the activations, k x n floats
+// as the previous layer left them (op(b) not transposed), into the kernel's layout.
+void pack_activations(benchmark::State& state, int k) {
+  namespace gemm = strata::bf16_gemm;
+  if (!gemm::available()) {
+    state.SkipWithError("skipped: no AVX512_BF16");
+    return;
+  }
+  int const n = 128;
+  std::vector<float> x(std::size_t(k) * n, 1.0f);
+  std::vector<strata::bf16> packed(gemm::packed_b_size(k, n));
+  for (auto _ : state) {
+    gemm::pack_b(packed.data(), gemm::Factor<float>{x.data(), k, false}, k, n);
+    benchmark::DoNotOptimize(packed.data());
+  }
+  state.counters["bytes"] =
+      benchmark::Counter(double(x.size() * sizeof(float)), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(pack_activations, 784, 784)->Name("Pack/activations_784/128")->UseRealTime();
+BENCHMARK_CAPTURE(pack_activations, 1024, 1024)->Name("Pack/activations_1024/128")->UseRealTime();
 
 }  // namespace
 

@@ -282,6 +282,64 @@ TEST_CASE("bf16: the packed copy refreshed element range by element range is the
   }
 }
 
+TEST_CASE("bf16: pack_a and pack_b lay out every value where the kernel reads it, from each layout and type") {
+  if (!bf16_kernel_products()) {
+    MESSAGE("skipped: oneDNN's matmul multiplies bf16 on this CPU (AMX)");
+    return;
+  }
+  namespace gemm = bf16_gemm;
+  // The layouts element by element (core/bf16_gemm.hpp): panels of `per_panel` lines (rows of
+  // op(a), columns of op(b)); in a panel, for each pair of k, its lines' two values side by
+  // side; zero past the last line and past an odd k.
+  auto reference = [](auto value, int lines, int k, int per_panel) {
+    std::vector<std::uint16_t> out(std::size_t(gemm::panels(lines, per_panel)) * std::size_t(gemm::pairs(k)) * 2 *
+                                       std::size_t(per_panel),
+                                   0);
+    for (int j = 0; j < lines; ++j)
+      for (int i = 0; i < k; ++i)
+        out[(std::size_t(j / per_panel) * std::size_t(gemm::pairs(k)) + std::size_t(i / 2)) * 2 *
+                std::size_t(per_panel) +
+            std::size_t(j % per_panel) * 2 + std::size_t(i % 2)] = value(j, i);
+    return out;
+  };
+  Rng rng(11);
+  // (lines, k): the MLP's activations and weights, and edges of the 8 x 16 blocks.
+  for (auto [lines, k] : {std::array{128, 784}, std::array{16, 1024}, std::array{8, 64}, std::array{13, 33},
+                          std::array{9, 31}, std::array{17, 96}, std::array{3, 2}, std::array{70, 40}}) {
+    for (bool transposed : {false, true}) {
+      CAPTURE(lines);
+      CAPTURE(k);
+      CAPTURE(transposed);
+      // x holds a lines x k matrix M (column-major, or row-major when transposed) with a leading
+      // dimension past its extent: op(a) = M for pack_a, op(b) = M^T for pack_b.
+      int const ld = (transposed ? k : lines) + 3;
+      std::vector<float> floats(std::size_t(ld) * std::size_t(transposed ? lines : k));
+      for (float& x : floats) x = rng.uniform() - 0.5f;
+      std::vector<bf16> halves(floats.size());
+      for (std::size_t i = 0; i < floats.size(); ++i) halves[i] = bf16(floats[i]);
+      auto at = [&](int j, int i) {
+        return transposed ? std::size_t(j) * std::size_t(ld) + std::size_t(i)
+                          : std::size_t(i) * std::size_t(ld) + std::size_t(j);
+      };
+      auto const value = [&](int j, int i) { return halves[at(j, i)].bits; };
+      for (int per_panel : {gemm::panel_rows, gemm::panel_columns}) {
+        CAPTURE(per_panel);
+        auto const expected = reference(value, lines, k, per_panel);
+        std::vector<bf16> from_floats(expected.size()), from_halves(expected.size());
+        if (per_panel == gemm::panel_rows) {
+          gemm::pack_a(from_floats.data(), gemm::Factor<float>{floats.data(), ld, transposed}, lines, k);
+          gemm::pack_a(from_halves.data(), gemm::Factor<bf16>{halves.data(), ld, transposed}, lines, k);
+        } else {  // op(b) = M^T: the factor is x with the other orientation
+          gemm::pack_b(from_floats.data(), gemm::Factor<float>{floats.data(), ld, !transposed}, k, lines);
+          gemm::pack_b(from_halves.data(), gemm::Factor<bf16>{halves.data(), ld, !transposed}, k, lines);
+        }
+        CHECK(std::memcmp(from_floats.data(), expected.data(), expected.size() * 2) == 0);
+        CHECK(std::memcmp(from_halves.data(), expected.data(), expected.size() * 2) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("bf16: the one-pass refresh of the rounded weights and their bf16 copy gives the bits of the two passes") {
   // Random values across the exponent range, ties, subnormals, zeros, infinities, NaNs, and
   // a length that leaves a tail after the 32-wide blocks.

@@ -117,13 +117,55 @@ STRATA_BF16_KERNEL inline void interleave_32(std::uint16_t* out, T const* x0, T 
   }
 }
 
-// Pairs [p, p + 16) of one row of a factor whose pairs lie side by side in memory (op(x)
-// transposed: `x` is the row's value 2p), each pair written `stride` words after the last.
+// Pairs 2q and 2q + 1 of 8 rows (one register) where a packing puts them: the rows' pair p
+// at out + p * stride (words).
+STRATA_BF16_KERNEL inline void store_two_pairs(std::uint16_t* out, int q, int stride, __m512i pairs) {
+  if (stride == 16) {  // side by side: a panel of 8
+    _mm512_storeu_si512(out + 32 * q, pairs);
+  } else {
+    // (Zero-masked forms, every lane kept: GCC 12's plain ones start from an "undefined"
+    // value it then warns about, bug 105593.)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(2 * q) * std::size_t(stride)),
+                        _mm512_maskz_extracti64x4_epi64(0xf, pairs, 0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(2 * q + 1) * std::size_t(stride)),
+                        _mm512_maskz_extracti64x4_epi64(0xf, pairs, 1));
+  }
+}
+
+// Pairs [p, p + 16) of 8 rows of a factor whose pairs lie side by side in memory (op(x)
+// transposed: x[i] is row i's value 2p), each pair's 8 rows at out + p * stride (words;
+// 16 in a panel of 8, whose 16 pairs are then 512 contiguous bytes). An 8 x 16 transpose of
+// 32-bit pairs in registers: unpacking by 32 and 64 bits within 128-bit lanes, then moving
+// lanes.
 template <class T>
-STRATA_BF16_KERNEL inline void scatter_16_pairs(std::uint16_t* out, T const* x, int stride) {
-  __m512i const index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(stride / 2));
-  _mm512_i32scatter_epi32(out, index, load_32(x), 4);
+STRATA_BF16_KERNEL inline void transpose_8x16_pairs(std::uint16_t* out, T const* const* x, int stride) {
+  // (Zero-masked forms, every lane kept: bug 105593, as in store_two_pairs.)
+  __mmask16 const all16 = 0xffff;
+  __mmask8 const all8 = 0xff;
+  __m512i r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = load_32(x[i]);
+  for (int i = 0; i < 8; i += 2) {  // lane L of t[i]: rows i, i + 1 of pairs 4L, 4L + 1; t[i + 1]: 4L + 2, 4L + 3
+    t[i] = _mm512_maskz_unpacklo_epi32(all16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(all16, r[i], r[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // lane L of u[h + a]: rows h..h+3 of pair 4L + a
+    u[h + 0] = _mm512_maskz_unpacklo_epi64(all8, t[h], t[h + 2]);
+    u[h + 1] = _mm512_maskz_unpackhi_epi64(all8, t[h], t[h + 2]);
+    u[h + 2] = _mm512_maskz_unpacklo_epi64(all8, t[h + 1], t[h + 3]);
+    u[h + 3] = _mm512_maskz_unpackhi_epi64(all8, t[h + 1], t[h + 3]);
+  }
+  for (int a = 0; a < 4; a += 2) {  // pairs 4L + a and 4L + a + 1
+    // Lanes 0, 1 (then 2, 3) of each: pair 4L + a's rows 0..3 and 4..7, then pair 4L + a + 1's.
+    __m512i const low = _mm512_maskz_shuffle_i32x4(all16, u[a], u[4 + a], 0x44);
+    __m512i const high = _mm512_maskz_shuffle_i32x4(all16, u[a], u[4 + a], 0xee);
+    __m512i const low1 = _mm512_maskz_shuffle_i32x4(all16, u[a + 1], u[5 + a], 0x44);
+    __m512i const high1 = _mm512_maskz_shuffle_i32x4(all16, u[a + 1], u[5 + a], 0xee);
+    // Output register q holds pairs 2q and 2q + 1; here 2q = 4L + a for L = 0, 1, 2, 3.
+    store_two_pairs(out, a / 2 + 0, stride, _mm512_maskz_shuffle_i32x4(all16, low, low1, 0x88));
+    store_two_pairs(out, a / 2 + 2, stride, _mm512_maskz_shuffle_i32x4(all16, low, low1, 0xdd));
+    store_two_pairs(out, a / 2 + 4, stride, _mm512_maskz_shuffle_i32x4(all16, high, high1, 0x88));
+    store_two_pairs(out, a / 2 + 6, stride, _mm512_maskz_shuffle_i32x4(all16, high, high1, 0xdd));
+  }
 }
 
 // `count` words of one pair of op(x): rows [row, row + rows) at pair p, zero past `rows`
@@ -155,11 +197,14 @@ STRATA_BF16_KERNEL void pack_rows(std::uint16_t* out, Factor<T> x, int m, int k)
         interleave_32(words, x.address(row, 2 * p), x.address(row, 2 * p + 1));
         for (int q = 0; q < 32; q += per_panel) std::memcpy(pair_at(row + q, p), words + 2 * q, 2 * per_panel * 2);
       }
-  } else {  // each row's pairs lie side by side: 16 pairs at a time, scattered to their panels
+  } else {  // each row's pairs lie side by side: 8 rows x 16 pairs at a time, transposed
     for (; row + per_panel <= m; row += per_panel)
-      for (int i = row; i < row + per_panel; ++i)
-        for (int p = 0; p + 16 <= whole_pairs; p += 16)
-          scatter_16_pairs(pair_at(i, p), x.address(i, 2 * p), 2 * per_panel);
+      for (int group = row; group < row + per_panel; group += 8)
+        for (int p = 0; p + 16 <= whole_pairs; p += 16) {
+          T const* rows[8];
+          for (int i = 0; i < 8; ++i) rows[i] = x.address(group + i, 2 * p);
+          transpose_8x16_pairs(pair_at(group, p), rows, 2 * per_panel);
+        }
   }
   // What the fast paths left: the rows past them, the last pairs of a row, an odd k's last value.
   int const done_pairs = x.transposed ? whole_pairs / 16 * 16 : whole_pairs;
