@@ -8,6 +8,8 @@
 //   Step/overlapped        a bucket is handed to a communication thread (Overlap::comm_thread)
 // Argument: bucket bytes. hidden = (after_backward - overlapped) / all-reduce alone is the
 // fraction of communication hidden; scripts/overlap_table.py computes it from the JSON.
+// `.../mixed`: the same under mixed precision (bf16 activations), whose backward also hands
+// each layer to the buckets as soon as it is final.
 //
 //   overlap [--benchmark_repetitions=5 --benchmark_format=json]
 
@@ -26,30 +28,33 @@ using Model = Sequential<Dense<784, 1024>, Relu, D, Relu, D, Relu, D, Relu, D, R
 constexpr int replicas = 2;
 constexpr int batch = 16;
 
+template <class T>
 struct Replica {
-  Model::Workspace<CpuBackend> workspace{batch};
+  Model::Workspace<CpuBackend, T> workspace{batch};
   AlignedBuffer gradients{Model::arena_size};
   Matrix x = Matrix::Random(784, batch);
   Matrix y = Matrix::Zero(1, batch);
 };
 
+template <class T>
 struct World {
   Model model{1};
   comm::ThreadGroup group{replicas};
-  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<std::unique_ptr<Replica<T>>> replicas_;
   World() {
     for (int r = 0; r < replicas; ++r) {
-      replicas_.push_back(std::make_unique<Replica>());
+      replicas_.push_back(std::make_unique<Replica<T>>());
       for (int i = 0; i < batch; ++i) replicas_.back()->y(0, i) = float((i + r) % 10);
     }
   }
 };
-World& world() {
-  static World w;
+template <class T>
+World<T>& world() {
+  static World<T> w;
   return w;
 }
 
-template <class PerRank>
+template <class T, class PerRank>
 void on_threads(benchmark::State& state, PerRank body) {
   auto task = [&](int rank) {
     if (rank == 0)
@@ -57,54 +62,73 @@ void on_threads(benchmark::State& state, PerRank body) {
     else
       for (benchmark::IterationCount i = 0; i < state.max_iterations; ++i) body(rank);
   };
-  world().group.run(task);
+  world<T>().group.run(task);
 }
 
-template <class LayerDone>
-void forward_backward(Replica& r, LayerDone done) {
-  auto& m = world().model;
+template <class T, class LayerDone>
+void forward_backward(Replica<T>& r, LayerDone done) {
+  Model const& m = world<T>().model;
   m.forward<CpuBackend>(r.workspace, m.parameters().data(), view(r.x), {.training = true});
   SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(r.workspace.output(), view(r.y), r.workspace.output_gradient(),
                                                      1.0f / float(batch * replicas));
   m.backward<CpuBackend>(r.workspace, m.parameters().data(), r.gradients.data(), view(r.x), false, done);
 }
 
+template <class T>
 void backward_only(benchmark::State& state) {
-  on_threads(state, [](int rank) {
-    forward_backward(*world().replicas_[std::size_t(rank)], [](std::size_t) {});
-    world().group.barrier(rank);
+  on_threads<T>(state, [](int rank) {
+    forward_backward(*world<T>().replicas_[std::size_t(rank)], [](std::size_t) {});
+    world<T>().group.barrier(rank);
   });
 }
 
 void all_reduce_alone(benchmark::State& state) {
-  on_threads(state, [](int rank) {
-    world().group.communicator(rank).all_reduce(world().replicas_[std::size_t(rank)]->gradients.span(),
-                                                comm::ReduceOp::sum);
+  on_threads<float>(state, [](int rank) {
+    world<float>().group.communicator(rank).all_reduce(world<float>().replicas_[std::size_t(rank)]->gradients.span(),
+                                                       comm::ReduceOp::sum);
   });
 }
 
-template <comm::Overlap overlap>
+template <comm::Overlap overlap, class T>
 void step(benchmark::State& state) {
   std::vector<comm::ThreadCommunicator> comms;
   std::vector<std::unique_ptr<comm::BucketedAllReduce<comm::ThreadCommunicator>>> syncs;
-  for (int r = 0; r < replicas; ++r) comms.push_back(world().group.communicator(r));
+  for (int r = 0; r < replicas; ++r) comms.push_back(world<T>().group.communicator(r));
   for (int r = 0; r < replicas; ++r)
     syncs.push_back(std::make_unique<comm::BucketedAllReduce<comm::ThreadCommunicator>>(
         comms[std::size_t(r)], comm::BucketPlan(Model::offsets, std::size_t(state.range(0))),
-        world().replicas_[std::size_t(r)]->gradients.span(), comm::ReduceOp::sum, overlap));
-  on_threads(state, [&](int rank) {
+        world<T>().replicas_[std::size_t(r)]->gradients.span(), comm::ReduceOp::sum, overlap));
+  on_threads<T>(state, [&](int rank) {
     auto& sync = *syncs[std::size_t(rank)];
-    forward_backward(*world().replicas_[std::size_t(rank)], [&](std::size_t layer) { sync.layer_done(layer); });
+    forward_backward(*world<T>().replicas_[std::size_t(rank)], [&](std::size_t layer) { sync.layer_done(layer); });
     sync.finish();
   });
   state.counters["buckets"] = double(syncs[0]->plan().buckets().size());
 }
 
-BENCHMARK(backward_only)->Name("Step/backward_only")->UseRealTime()->Unit(benchmark::kMillisecond);
+#define STRATA_OVERLAP_BENCHMARKS(T, suffix)                                                                    \
+  BENCHMARK(backward_only<T>)->Name("Step/backward_only" suffix)->UseRealTime()->Unit(benchmark::kMillisecond); \
+  BENCHMARK(step<comm::Overlap::after_backward, T>)                                                             \
+      ->Name("Step/after_backward" suffix)                                                                      \
+      ->Arg(4 << 20)                                                                                            \
+      ->UseRealTime()                                                                                           \
+      ->Unit(benchmark::kMillisecond);                                                                          \
+  BENCHMARK(step<comm::Overlap::in_backward, T>)                                                                \
+      ->Name("Step/inline_buckets" suffix)                                                                      \
+      ->Arg(4 << 20)                                                                                            \
+      ->Arg(25 << 20)                                                                                           \
+      ->UseRealTime()                                                                                           \
+      ->Unit(benchmark::kMillisecond);                                                                          \
+  BENCHMARK(step<comm::Overlap::comm_thread, T>)                                                                \
+      ->Name("Step/overlapped" suffix)                                                                          \
+      ->Arg(4 << 20)                                                                                            \
+      ->Arg(25 << 20)                                                                                           \
+      ->UseRealTime()                                                                                           \
+      ->Unit(benchmark::kMillisecond)
+
 BENCHMARK(all_reduce_alone)->Name("AllReduce/gradients")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(step<comm::Overlap::after_backward>)->Name("Step/after_backward")->Arg(4 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(step<comm::Overlap::in_backward>)->Name("Step/inline_buckets")->Arg(4 << 20)->Arg(25 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(step<comm::Overlap::comm_thread>)->Name("Step/overlapped")->Arg(4 << 20)->Arg(25 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+STRATA_OVERLAP_BENCHMARKS(float, "");
+STRATA_OVERLAP_BENCHMARKS(bf16, "/mixed");
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -268,6 +268,41 @@ TEST_CASE_TEMPLATE("a 16-bit backward pass stays close to the float gradient", T
   CHECK(relative_difference(mixed, reference) > 0.0);  // it did round
 }
 
+TEST_CASE_TEMPLATE("backward calls layer_done for each layer as soon as its gradients are final", T, float, bf16,
+                   fp16) {
+  // 600 samples: three of mixed precision's chunks of 256, so a 16-bit layer's gradients are
+  // final only during the last chunk. At each call the layer's gradients must already be
+  // those backward ends with (what a bucket's all-reduce reads from then on), and the layers
+  // below it must not be: the call came before backward went on.
+  Mlp model(12);
+  Matrix const x = detail::eigen(fashion().features());
+  Matrix const y = detail::eigen(fashion().targets());
+  int const samples = int(x.cols());
+  REQUIRE(samples > 2 * 256);
+  typename Mlp::template Workspace<CpuBackend, T> ws(samples);
+  std::vector<float> g(Mlp::arena_size, 0.125f);
+  model.forward<CpuBackend>(ws, model.parameters().data(), view(x), {});
+  SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(y), ws.output_gradient(), 1.0f);
+  std::vector<std::size_t> order;
+  std::vector<std::vector<float>> seen(Mlp::offsets.size() - 1);  // per layer: the whole arena at its call
+  model.backward<CpuBackend>(ws, model.parameters().data(), g.data(), view(x), false, [&](std::size_t layer) {
+    order.push_back(layer);
+    seen[layer] = g;
+  });
+  CHECK(order == std::vector<std::size_t>{2, 1, 0});
+  auto of_layer = [](std::vector<float> const& arena, std::size_t layer) {
+    return std::vector<float>(arena.begin() + std::ptrdiff_t(Mlp::offsets[layer]),
+                              arena.begin() + std::ptrdiff_t(Mlp::offsets[layer + 1]));
+  };
+  for (std::size_t layer = 0; layer + 1 < Mlp::offsets.size(); ++layer) {
+    CAPTURE(layer);
+    REQUIRE(seen[layer].size() == g.size());
+    CHECK(of_layer(seen[layer], layer) == of_layer(g, layer));
+    for (std::size_t below = 0; below < layer; ++below)
+      if (Mlp::offsets[below + 1] > Mlp::offsets[below]) CHECK(of_layer(seen[layer], below) != of_layer(g, below));
+  }
+}
+
 TEST_CASE("the dynamic loss scale follows Keras' rules") {
   train::LossScaler<policy::BasicDynamicLossScale<1024, 3>> s;
   CHECK(s.scale() == 1024.0f);

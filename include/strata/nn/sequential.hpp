@@ -310,13 +310,12 @@ class Sequential {
   }
   // The same, calling layer_done(i) as soon as layer i's gradients are final (from the last
   // layer to the first): the hook that lets a bucket's all-reduce start during backward.
-  // (In mixed precision every layer is final only after the last chunk.)
+  // (In mixed precision, during the last chunk of samples: the earlier ones only add.)
   template <Backend B, class T, class LayerDone>
   void backward(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate,
                 LayerDone&& layer_done) const {
     if constexpr (Workspace<B, T>::mixed) {
-      backward_mixed(ws, params, grads, x, accumulate);
-      chain_.for_each_layer_reversed([&]<std::size_t I>(auto const&) { layer_done(I); });
+      backward_mixed(ws, params, grads, x, accumulate, layer_done);
     } else {
       float* dy = ws.gradient_a_.data();
       float* dx = ws.gradient_b_.data();
@@ -381,8 +380,9 @@ class Sequential {
     }
   }
 
-  template <class B, class T>
-  void backward_mixed(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate) const {
+  template <class B, class T, class LayerDone>
+  void backward_mixed(Workspace<B, T>& ws, float const* params, float* grads, ConstMatrixView x, bool accumulate,
+                      LayerDone&& layer_done) const {
     using W = Workspace<B, T>;
     Bf16ProductsBinding const bf16_products(std::is_same_v<T, bf16>);
     int const b = ws.batch_;
@@ -418,6 +418,7 @@ class Sequential {
         layer.template backward<B>(params + offsets[I], grads + offsets[I], ConstMatrixView{in, widths[I], columns[I] * n},
                                    y, scratch, ConstMatrixView{dy, w, c * n}, dx_view, accumulate || first > 0);
         round_and_keep<T, !selecting[I]>(dx_view.data, dx_view.size(), nullptr);
+        if (first + n >= b) layer_done(I);
         std::swap(dy, dx);
       });
     }
