@@ -16,6 +16,7 @@
 #include <benchmark/benchmark.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "strata.hpp"
@@ -106,29 +107,27 @@ void step(benchmark::State& state) {
   state.counters["buckets"] = double(syncs[0]->plan().buckets().size());
 }
 
-#define STRATA_OVERLAP_BENCHMARKS(T, suffix)                                                                    \
-  BENCHMARK(backward_only<T>)->Name("Step/backward_only" suffix)->UseRealTime()->Unit(benchmark::kMillisecond); \
-  BENCHMARK(step<comm::Overlap::after_backward, T>)                                                             \
-      ->Name("Step/after_backward" suffix)                                                                      \
-      ->Arg(4 << 20)                                                                                            \
-      ->UseRealTime()                                                                                           \
-      ->Unit(benchmark::kMillisecond);                                                                          \
-  BENCHMARK(step<comm::Overlap::in_backward, T>)                                                                \
-      ->Name("Step/inline_buckets" suffix)                                                                      \
-      ->Arg(4 << 20)                                                                                            \
-      ->Arg(25 << 20)                                                                                           \
-      ->UseRealTime()                                                                                           \
-      ->Unit(benchmark::kMillisecond);                                                                          \
-  BENCHMARK(step<comm::Overlap::comm_thread, T>)                                                                \
-      ->Name("Step/overlapped" suffix)                                                                          \
-      ->Arg(4 << 20)                                                                                            \
-      ->Arg(25 << 20)                                                                                           \
-      ->UseRealTime()                                                                                           \
-      ->Unit(benchmark::kMillisecond)
-
 BENCHMARK(all_reduce_alone)->Name("AllReduce/gradients")->UseRealTime()->Unit(benchmark::kMillisecond);
-STRATA_OVERLAP_BENCHMARKS(float, "");
-STRATA_OVERLAP_BENCHMARKS(bf16, "/mixed");
+
+// The Step rows of one precision, their names ending in `suffix`.
+template <class T>
+int register_steps(std::string const& suffix) {
+  auto in_ms = [](benchmark::internal::Benchmark* b) { return b->UseRealTime()->Unit(benchmark::kMillisecond); };
+  in_ms(benchmark::RegisterBenchmark(("Step/backward_only" + suffix).c_str(), backward_only<T>));
+  struct Mode {
+    char const* name;
+    void (*run)(benchmark::State&);
+    bool large_buckets_too;
+  };
+  for (Mode const& mode : {Mode{"Step/after_backward", step<comm::Overlap::after_backward, T>, false},
+                           Mode{"Step/inline_buckets", step<comm::Overlap::in_backward, T>, true},
+                           Mode{"Step/overlapped", step<comm::Overlap::comm_thread, T>, true}}) {
+    auto* b = in_ms(benchmark::RegisterBenchmark((mode.name + suffix).c_str(), mode.run))->Arg(4 << 20);
+    if (mode.large_buckets_too) b->Arg(25 << 20);
+  }
+  return 0;
+}
+int const registered = register_steps<float>("") + register_steps<bf16>("/mixed");
 }  // namespace
 
 BENCHMARK_MAIN();

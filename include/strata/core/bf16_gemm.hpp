@@ -33,7 +33,10 @@
 
 #include "strata/core/dtype.hpp"
 
-// The instructions the kernel's functions are compiled for, whatever -march says.
+// The instructions the kernel's functions are compiled for, whatever -march says. Where an
+// intrinsic below has a zero-masked form with every lane kept (maskz, all ones), the plain
+// form is what it stands for: GCC 12's plain ones start from an "undefined" value it then
+// warns about (bug 105593).
 #define STRATA_BF16_KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace strata::bf16_gemm {
@@ -57,6 +60,12 @@ inline bool available() {
 }
 [[nodiscard]] constexpr std::size_t packed_b_size(int k, int n) {
   return std::size_t(panels(n, panel_columns)) * std::size_t(pairs(k)) * 2 * panel_columns;
+}
+// Where a packing of `per_panel` lines (rows of op(a), columns of op(b)) with inner dimension
+// k puts pair p of line j: the word of its first value.
+[[nodiscard]] constexpr std::size_t pair_offset(int per_panel, int k, int j, int p) {
+  return (std::size_t(j / per_panel) * std::size_t(pairs(k)) + std::size_t(p)) * 2 * std::size_t(per_panel) +
+         std::size_t(j % per_panel) * 2;
 }
 
 // A factor as the caller holds it: column-major with leading dimension ld, transposed when
@@ -119,15 +128,14 @@ STRATA_BF16_KERNEL inline void interleave_32(std::uint16_t* out, T const* x0, T 
 
 // Pairs 2q and 2q + 1 of 8 rows (one register) where a packing puts them: the rows' pair p
 // at out + p * stride (words).
-STRATA_BF16_KERNEL inline void store_two_pairs(std::uint16_t* out, int q, int stride, __m512i pairs) {
-  if (stride == 16) {  // side by side: a panel of 8
+template <int stride>
+STRATA_BF16_KERNEL inline void store_two_pairs(std::uint16_t* out, int q, __m512i pairs) {
+  if constexpr (stride == 16) {  // side by side: a panel of 8
     _mm512_storeu_si512(out + 32 * q, pairs);
   } else {
-    // (Zero-masked forms, every lane kept: GCC 12's plain ones start from an "undefined"
-    // value it then warns about, bug 105593.)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(2 * q) * std::size_t(stride)),
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(2 * q) * stride),
                         _mm512_maskz_extracti64x4_epi64(0xf, pairs, 0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(2 * q + 1) * std::size_t(stride)),
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(2 * q + 1) * stride),
                         _mm512_maskz_extracti64x4_epi64(0xf, pairs, 1));
   }
 }
@@ -137,9 +145,8 @@ STRATA_BF16_KERNEL inline void store_two_pairs(std::uint16_t* out, int q, int st
 // 16 in a panel of 8, whose 16 pairs are then 512 contiguous bytes). An 8 x 16 transpose of
 // 32-bit pairs in registers: unpacking by 32 and 64 bits within 128-bit lanes, then moving
 // lanes.
-template <class T>
-STRATA_BF16_KERNEL inline void transpose_8x16_pairs(std::uint16_t* out, T const* const* x, int stride) {
-  // (Zero-masked forms, every lane kept: bug 105593, as in store_two_pairs.)
+template <int stride, class T>
+STRATA_BF16_KERNEL inline void transpose_8x16_pairs(std::uint16_t* out, T const* const* x) {
   __mmask16 const all16 = 0xffff;
   __mmask8 const all8 = 0xff;
   __m512i r[8], t[8], u[8];
@@ -161,10 +168,10 @@ STRATA_BF16_KERNEL inline void transpose_8x16_pairs(std::uint16_t* out, T const*
     __m512i const low1 = _mm512_maskz_shuffle_i32x4(all16, u[a + 1], u[5 + a], 0x44);
     __m512i const high1 = _mm512_maskz_shuffle_i32x4(all16, u[a + 1], u[5 + a], 0xee);
     // Output register q holds pairs 2q and 2q + 1; here 2q = 4L + a for L = 0, 1, 2, 3.
-    store_two_pairs(out, a / 2 + 0, stride, _mm512_maskz_shuffle_i32x4(all16, low, low1, 0x88));
-    store_two_pairs(out, a / 2 + 2, stride, _mm512_maskz_shuffle_i32x4(all16, low, low1, 0xdd));
-    store_two_pairs(out, a / 2 + 4, stride, _mm512_maskz_shuffle_i32x4(all16, high, high1, 0x88));
-    store_two_pairs(out, a / 2 + 6, stride, _mm512_maskz_shuffle_i32x4(all16, high, high1, 0xdd));
+    store_two_pairs<stride>(out, a / 2 + 0, _mm512_maskz_shuffle_i32x4(all16, low, low1, 0x88));
+    store_two_pairs<stride>(out, a / 2 + 2, _mm512_maskz_shuffle_i32x4(all16, low, low1, 0xdd));
+    store_two_pairs<stride>(out, a / 2 + 4, _mm512_maskz_shuffle_i32x4(all16, high, high1, 0x88));
+    store_two_pairs<stride>(out, a / 2 + 6, _mm512_maskz_shuffle_i32x4(all16, high, high1, 0xdd));
   }
 }
 
@@ -183,11 +190,7 @@ STRATA_BF16_KERNEL void pack_pair(std::uint16_t* out, Factor<T> x, int row, int 
 // out + (q * pairs(k) + p) * 2 * per_panel.
 template <int per_panel, class T>
 STRATA_BF16_KERNEL void pack_rows(std::uint16_t* out, Factor<T> x, int m, int k) {
-  std::size_t const panel_size = std::size_t(pairs(k)) * 2 * per_panel;
-  auto pair_at = [&](int row, int p) {
-    return out + std::size_t(row / per_panel) * panel_size + std::size_t(row % per_panel) * 2 +
-           std::size_t(p) * 2 * per_panel;
-  };
+  auto pair_at = [&](int row, int p) { return out + pair_offset(per_panel, k, row, p); };
   int const whole_pairs = k / 2;
   int row = 0;
   if (!x.transposed) {  // 32 rows at a time, two columns of x interleaved
@@ -203,7 +206,7 @@ STRATA_BF16_KERNEL void pack_rows(std::uint16_t* out, Factor<T> x, int m, int k)
         for (int p = 0; p + 16 <= whole_pairs; p += 16) {
           T const* rows[8];
           for (int i = 0; i < 8; ++i) rows[i] = x.address(group + i, 2 * p);
-          transpose_8x16_pairs(pair_at(group, p), rows, 2 * per_panel);
+          transpose_8x16_pairs<2 * per_panel>(pair_at(group, p), rows);
         }
   }
   // What the fast paths left: the rows past them, the last pairs of a row, an odd k's last value.
@@ -238,13 +241,9 @@ namespace detail {
 // last column, written here).
 STRATA_BF16_KERNEL inline void pack_column_rows(std::uint16_t* out, float const* x, int k, int column, int row,
                                                 int count) {
-  std::size_t const panel_size = std::size_t(pairs(k)) * 2 * panel_rows;
-  std::uint16_t* const pair = out + std::size_t(row / panel_rows) * panel_size +
-                              std::size_t(column / 2) * 2 * panel_rows + std::size_t(row % panel_rows) * 2;
+  std::uint16_t* const pair = out + pair_offset(panel_rows, k, row, column / 2);
   bool const odd = column % 2 == 1, last_of_odd_k = column == k - 1 && k % 2 == 1;
   __m256bh const rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(__mmask16((1u << count) - 1), x));
-  // (Zero-masked forms: GCC 12's plain ones start from an "undefined" packet it then warns
-  // about, bug 105593; all lanes are kept, so the result is the same.)
   __m512i const words = _mm512_maskz_cvtepu16_epi32(0xffff, reinterpret_cast<__m256i const&>(rounded));
   std::uint32_t const inside = count == 16 ? 0xffffffffu : (1u << (2 * count)) - 1;
   __mmask32 const mine = inside & (odd ? 0xaaaaaaaau : last_of_odd_k ? 0xffffffffu : 0x55555555u);
@@ -261,7 +260,7 @@ STRATA_BF16_KERNEL inline void pack_column_rows(std::uint16_t* out, float const*
 STRATA_BF16_KERNEL inline void pack_a_elements(bf16* out, float const* w, int m, int k, std::size_t begin,
                                                std::size_t end) {
   auto* o = reinterpret_cast<std::uint16_t*>(out);
-  std::size_t const rows = std::size_t(m), panel_size = std::size_t(pairs(k)) * 2 * panel_rows;
+  std::size_t const rows = std::size_t(m);
   bool const aligned = reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
   auto column_rows = [&](float const* x, int column, int from, int to) {  // rows [from, to) of one column
     for (int row = from; row < to;) {
@@ -276,8 +275,7 @@ STRATA_BF16_KERNEL inline void pack_a_elements(bf16* out, float const* w, int m,
     if (row == 0 && column % 2 == 0 && column + 1 < k && e + 2 * rows <= end) {  // two whole columns
       int r = 0;
       for (; r + panel_rows <= m; r += panel_rows) {
-        std::uint16_t* const pair =
-            o + std::size_t(r / panel_rows) * panel_size + std::size_t(column / 2) * 2 * panel_rows;
+        std::uint16_t* const pair = o + pair_offset(panel_rows, k, r, column / 2);
         if (aligned) detail::interleave_32<float, true>(pair, x + r, x + rows + r);
         else detail::interleave_32(pair, x + r, x + rows + r);
       }
@@ -373,12 +371,10 @@ inline void multiply(bf16 const* packed_a, ColumnPairs b, int m, int n, int k, f
     int const block = std::min(block_pairs, all_pairs - p0);
     float const keep = p0 == 0 ? beta : 1.0f;  // later blocks add to what the earlier ones wrote
     for (int j0 = 0; j0 < n; j0 += panel_columns) {
-      std::uint16_t const* b_tile =
-          b.packed ? b_data + (std::size_t(j0 / panel_columns) * all_pairs + std::size_t(p0)) * 2 * panel_columns
-                   : b_data + std::size_t(j0) * b.ld + std::size_t(p0) * 2;
+      std::uint16_t const* b_tile = b.packed ? b_data + pair_offset(panel_columns, k, j0, p0)
+                                             : b_data + std::size_t(j0) * b.ld + std::size_t(p0) * 2;
       for (int i0 = 0; i0 < m; i0 += panel_rows) {
-        std::uint16_t const* a_panel =
-            a + (std::size_t(i0 / panel_rows) * all_pairs + std::size_t(p0)) * 2 * panel_rows;
+        std::uint16_t const* a_panel = a + pair_offset(panel_rows, k, i0, p0);
         float* const corner = c + std::size_t(j0) * std::size_t(ldc) + std::size_t(i0);
         int const rows = std::min(panel_rows, m - i0), columns = std::min(panel_columns, n - j0);
         if (b.packed) detail::tile<true>(block, a_panel, b_tile, 0, alpha, keep, corner, ldc, rows, columns);
