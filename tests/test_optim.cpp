@@ -125,6 +125,38 @@ TEST_CASE_TEMPLATE("updating slices separately equals updating the whole arena",
   CHECK(whole == parts);
 }
 
+TEST_CASE_TEMPLATE("an update that sums one or two gradient arenas in its own loop gives the bits of summing first", O,
+                   Sgd, Adam, AdamW, user::Rmsprop) {
+  // The oracle: comm::reduce_range into memory, then the optimizer's update of that buffer
+  // (what the step ran before the fused loop; the fallback for more than two arenas still).
+  O optimizer{};
+  if constexpr (std::is_same_v<O, Sgd>) optimizer.momentum = 0.9f;
+  std::size_t const n = 1003;  // not a whole number of vectors: the loop's tail too
+  std::vector<float> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = std::sin(float(i)) * 1e-2f;
+    b[i] = std::cos(float(3 * i)) * 3e-3f;
+  }
+  for (int arenas : {1, 2})
+    for (float scale : {1.0f, 0.5f, 1.0f / 3.0f}) {
+      CAPTURE(arenas);
+      CAPTURE(scale);
+      std::vector<float> initial(n), summed(n);
+      for (std::size_t i = 0; i < n; ++i) initial[i] = std::cos(float(i));
+      std::vector<float> fused = initial, reference = initial;
+      auto s1 = optimizer.make_state(n + 5), s2 = optimizer.make_state(n + 5);
+      float const* const peers[2] = {a.data(), b.data()};
+      for (int t = 1; t <= 3; ++t) {
+        comm::reduce_range(peers, arenas, 0, n, ReduceOp::sum, scale, summed.data());
+        optimizer.update(std::span<float>(reference), std::span<float const>(summed), s1, 5, t);
+        optim::SummedGradient const g{a.data(), arenas == 2 ? b.data() : nullptr, scale};
+        optim::apply_rule(optimizer.rule(StepInfo{t}), std::span<float>(fused), g, s2, 5);
+      }
+      CHECK(fused == reference);
+      CHECK(fused != initial);
+    }
+}
+
 TEST_CASE("hyper-parameters that cannot work are rejected with the value") {
   CHECK_THROWS_WITH_AS(Sgd{.lr = -1.0f}.validate(), "Sgd: lr -1 must be a positive finite number", ConfigError);
   CHECK_THROWS_AS(Sgd{.momentum = 1.0f}.validate(), ConfigError);

@@ -98,29 +98,45 @@ int slot_pointers(State& state, std::size_t offset, std::array<float*, max_rule_
   return count;
 }
 
+// Where a rule loop reads the gradient: g(i) for the i-th weight of the run.
 namespace detail {
-template <class R>
-void rule_loop(R const rule, std::size_t n, float* __restrict w, float const* __restrict g) {
-  for (std::size_t i = 0; i < n; ++i) rule(w[i], g[i]);
+struct StoredGradient {  // a gradient in memory
+  float const* __restrict g;
+  float operator()(std::size_t i) const { return g[i]; }
+};
+struct ScaledGradient {  // scale * a: one arena
+  float const* __restrict a;
+  float scale;
+  float operator()(std::size_t i) const { return a[i] * scale; }
+};
+struct SummedPairGradient {  // scale * (a + b): two arenas
+  float const* __restrict a;
+  float const* __restrict b;
+  float scale;
+  float operator()(std::size_t i) const { return (a[i] + b[i]) * scale; }
+};
+
+template <class R, class G>
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w) {
+  for (std::size_t i = 0; i < n; ++i) rule(w[i], g(i));
 }
-template <class R>
-void rule_loop(R const rule, std::size_t n, float* __restrict w, float const* __restrict g, float* __restrict a) {
-  for (std::size_t i = 0; i < n; ++i) rule(w[i], g[i], a[i]);
+template <class R, class G>
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a) {
+  for (std::size_t i = 0; i < n; ++i) rule(w[i], g(i), a[i]);
 }
-template <class R>
-void rule_loop(R const rule, std::size_t n, float* __restrict w, float const* __restrict g, float* __restrict a,
-               float* __restrict b) {
-  for (std::size_t i = 0; i < n; ++i) rule(w[i], g[i], a[i], b[i]);
+template <class R, class G>
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a, float* __restrict b) {
+  for (std::size_t i = 0; i < n; ++i) rule(w[i], g(i), a[i], b[i]);
 }
-template <class R>
-void rule_loop(R const rule, std::size_t n, float* __restrict w, float const* __restrict g, float* __restrict a,
-               float* __restrict b, float* __restrict c) {
-  for (std::size_t i = 0; i < n; ++i) rule(w[i], g[i], a[i], b[i], c[i]);
+template <class R, class G>
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a, float* __restrict b,
+               float* __restrict c) {
+  for (std::size_t i = 0; i < n; ++i) rule(w[i], g(i), a[i], b[i], c[i]);
 }
-template <class R>
-void rule_loop(R const rule, std::size_t n, float* __restrict w, float const* __restrict g, float* __restrict a,
-               float* __restrict b, float* __restrict c, float* __restrict d) {
-  for (std::size_t i = 0; i < n; ++i) rule(w[i], g[i], a[i], b[i], c[i], d[i]);
+template <class R, class G>
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a, float* __restrict b,
+               float* __restrict c, float* __restrict d) {
+  for (std::size_t i = 0; i < n; ++i) rule(w[i], g(i), a[i], b[i], c[i], d[i]);
 }
 }  // namespace detail
 
@@ -151,20 +167,47 @@ void with_slot_count(int slots, F&& f) {
                                               "the weight, the gradient, then one float& per state slot)"));
 }
 
-// The CPU update of w = weights[offset, offset + n) with gradient g by `rule`, reading and
-// writing the state's slots at the same offset.
-template <ElementRule R, class State>
-void apply_rule(R const& rule, std::span<float> w, std::span<float const> g, State& state, std::size_t offset) {
+namespace detail {
+// The CPU update of w = weights[offset, offset + w.size()) by `rule`, the gradient read
+// through g, the state's slots read and written at the same offset.
+template <ElementRule R, class G, class State>
+void apply_rule_with(R const& rule, std::span<float> w, G const& g, State& state, std::size_t offset) {
   std::array<float*, max_rule_slots> s{};
   int const slots = slot_pointers(state, offset, s);
   std::size_t const n = w.size();
   with_slot_count<R>(slots, [&]<int K>() {
-    if constexpr (K == 0) detail::rule_loop(rule, n, w.data(), g.data());
-    else if constexpr (K == 1) detail::rule_loop(rule, n, w.data(), g.data(), s[0]);
-    else if constexpr (K == 2) detail::rule_loop(rule, n, w.data(), g.data(), s[0], s[1]);
-    else if constexpr (K == 3) detail::rule_loop(rule, n, w.data(), g.data(), s[0], s[1], s[2]);
-    else detail::rule_loop(rule, n, w.data(), g.data(), s[0], s[1], s[2], s[3]);
+    if constexpr (K == 0) rule_loop(rule, n, g, w.data());
+    else if constexpr (K == 1) rule_loop(rule, n, g, w.data(), s[0]);
+    else if constexpr (K == 2) rule_loop(rule, n, g, w.data(), s[0], s[1]);
+    else if constexpr (K == 3) rule_loop(rule, n, g, w.data(), s[0], s[1], s[2]);
+    else rule_loop(rule, n, g, w.data(), s[0], s[1], s[2], s[3]);
   });
+}
+}  // namespace detail
+
+// The CPU update of w = weights[offset, offset + n) with gradient g by `rule`, reading and
+// writing the state's slots at the same offset.
+template <ElementRule R, class State>
+void apply_rule(R const& rule, std::span<float> w, std::span<float const> g, State& state, std::size_t offset) {
+  detail::apply_rule_with(rule, w, detail::StoredGradient{g.data()}, state, offset);
+}
+
+// A gradient that is the sum of one or two gradient arenas times a scale: what the update
+// of replicas that each wrote their own gradient reads (train/slice_update.hpp). Each
+// weight's gradient is scale * first[i], or scale * (first[i] + second[i]): the bits of
+// summing the arenas into memory and then scaling them (comm::reduce_range), computed in the
+// update's own loop. One pass that streams the arenas, the weights and the state together
+// runs faster than a reduce into a buffer followed by the update (docs/benchmarks.md).
+struct SummedGradient {
+  float const* first;             // the arenas, each at the index of the update's w[0]
+  float const* second = nullptr;  // null: one arena
+  float scale = 1.0f;
+};
+
+template <ElementRule R, class State>
+void apply_rule(R const& rule, std::span<float> w, SummedGradient const& g, State& state, std::size_t offset) {
+  if (g.second) detail::apply_rule_with(rule, w, detail::SummedPairGradient{g.first, g.second, g.scale}, state, offset);
+  else detail::apply_rule_with(rule, w, detail::ScaledGradient{g.first, g.scale}, state, offset);
 }
 
 }  // namespace strata::optim

@@ -5,7 +5,8 @@
 //   HostCentralSync<N>     each replica's gradient arena is in the memory of its GPU; after
 //                          the group's last backward it is copied into page-locked host
 //                          memory, and the owner of a slice sums it over the replicas there,
-//                          in replica order (the CPU step's arithmetic, comm::reduce_range)
+//                          in replica order (the CPU step's arithmetic: its summands() are
+//                          the host copies)
 //   HostCentralUpdate      the one copy of the weights and the optimizer state in page-locked
 //                          host memory, updated by the CPU's SliceUpdate (any optimizer, no
 //                          element rule needed); each replica then sends the slice it updated
@@ -24,7 +25,6 @@
 #include <span>
 #include <vector>
 
-#include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_group.hpp"
 #include "strata/cuda/context.hpp"
 #include "strata/cuda/device_replica.hpp"
@@ -69,9 +69,7 @@ class HostCentralSync : public ReplicaBarrier<Replicas> {
     c.synchronize();
     this->barrier(r);
   }
-  void reduce(int, std::size_t begin, std::size_t count, float scale, float* out) {
-    comm::reduce_range(peers_.data(), Replicas, begin, begin + count, comm::ReduceOp::sum, scale, out);
-  }
+  [[nodiscard]] std::span<float const* const> summands(int) const { return peers_; }
 
   [[nodiscard]] comm::Slice slice(int r) const { return comm::owned_slice(arena_, Replicas, r); }
   [[nodiscard]] int device_of(int r) const { return devices_[std::size_t(r)]; }

@@ -3,13 +3,14 @@
 // optimizer to the slice of the weights it owns, reading its slice of the reduced gradient
 // through the GradientSync.
 //
-// Without a global quantity the reduction and the update are fused: a chunk of the slice is
-// reduced and updated while it is still in L1. What needs the whole gradient before any
-// weight moves takes one more barrier: a loss scale (a step with a non-finite gradient is
-// skipped everywhere), clipping by the global norm, and layer-wise optimizers (Lamb's trust
-// ratio per tensor). Then each replica reduces its slice into a shared buffer with its share
-// of the squared norm, and the sync adds the shares in replica order, so all take the same
-// decision.
+// Without a global quantity the reduction and the update are fused: an element rule reads
+// the replicas' gradients and sums them in its own loop, and each chunk of the slice is
+// refreshed for the forward pass while it is still in L1. What needs the whole gradient
+// before any weight moves takes one more barrier: a loss scale (a step with a non-finite
+// gradient is skipped everywhere), clipping by the global norm, and layer-wise optimizers
+// (Lamb's trust ratio per tensor). Then each replica reduces its slice into a shared buffer
+// with its share of the squared norm, and the sync adds the shares in replica order, so all
+// take the same decision.
 //
 // On the CPU a replica with intra-op threads (core/intra_op.hpp: OneDevice on a many-core
 // machine) splits its slice's chunks over them: the element-wise work gives the same bits
@@ -22,10 +23,12 @@
 #include <span>
 #include <vector>
 
+#include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_communicator.hpp"
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/intra_op.hpp"
 #include "strata/nn/layer.hpp"
+#include "strata/optim/element_rule.hpp"
 #include "strata/optim/optimizer.hpp"
 #include "strata/policy/device.hpp"
 #include "strata/train/replica_pass.hpp"
@@ -79,7 +82,8 @@ template <optim::Optimizer Opt, int Replicas, class T>
 class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
  public:
   static constexpr bool layerwise = optim::LayerwiseOptimizer<Opt>;
-  static constexpr std::size_t chunk_floats = 2048;  // 8 KiB: reduced and updated while in L1
+  static constexpr std::size_t chunk_floats = 2048;  // 8 KiB: updated and refreshed while in L1
+  static constexpr std::size_t piece_floats = 128;   // reduced through L1, where the rule cannot read the arenas
 
   // `weights`: the host weights, updated in place; `sync` gives the slice each replica owns.
   // `whole_gradient_first`: a global decision is taken on the whole reduced gradient before
@@ -142,11 +146,10 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     std::int64_t const reduced_floats = slice_floats_[std::size_t(r)];
     auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
     auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
-    if (!whole_gradient_first_) {  // fused: reduce a chunk, update it and refresh what forward reads while in cache
+    auto const summands = sync.summands(r);
+    if (!whole_gradient_first_) {  // fused: sum, update and refresh what forward reads, a chunk at a time
       for_each_chunk_split(r, [&](int, std::size_t begin, std::size_t count, Piece const& piece) {
-        alignas(64) float reduced[chunk_floats];
-        sync.reduce(r, begin, count, scale, reduced);
-        optimizer_.update(slice_of(begin, count), std::span<float const>(reduced, count), state_, begin, info(piece));
+        update_summed(summands, scale, begin, count, info(piece));
         forward_.refresh(begin, begin + count);
       });
       return reduced_floats;
@@ -154,7 +157,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     std::array<double, max_parts> squares{};
     for_each_chunk_split(r, [&](int part, std::size_t begin, std::size_t count, Piece const&) {
       float* out = reduced_.data() + begin;
-      sync.reduce(r, begin, count, scale, out);
+      reduce(summands, scale, begin, count, out);
       squares[std::size_t(part)] += sum_of_squares(out, count);
     });
     double squared_norm = 0.0;
@@ -187,6 +190,35 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
       });
     }
     return reduced_floats;
+  }
+
+  // out[0, count) = scale * (the sum of the summands over [begin, begin + count)).
+  static void reduce(std::span<float const* const> summands, float scale, std::size_t begin, std::size_t count,
+                     float* out) {
+    comm::reduce_range(summands.data(), int(summands.size()), begin, begin + count, comm::ReduceOp::sum, scale, out);
+  }
+
+  // The update of weights [begin, begin + count) from scale * (the sum of the summands). An
+  // element rule reads one or two arenas in its own loop: the gradients, weights and state
+  // stream from memory together. Otherwise the sum goes through L1 in pieces small enough
+  // that those streams still interleave; a reduce of the whole chunk first, then its update,
+  // took 1.2-1.4x as long (docs/benchmarks.md).
+  void update_summed(std::span<float const* const> summands, float scale, std::size_t begin, std::size_t count,
+                     optim::StepInfo info) {
+    std::span<float> const weights(weights_ + begin, count);
+    if constexpr (optim::ElementwiseOptimizer<Opt> && !layerwise) {
+      if (summands.size() <= 2) {
+        optim::SummedGradient const g{summands[0] + begin, summands.size() == 2 ? summands[1] + begin : nullptr, scale};
+        optim::apply_rule(optimizer_.rule(info), weights, g, state_, begin);
+        return;
+      }
+    }
+    alignas(64) float reduced[piece_floats];
+    for (std::size_t at = 0; at < count; at += piece_floats) {
+      std::size_t const n = std::min(piece_floats, count - at);
+      reduce(summands, scale, begin + at, n, reduced);
+      optimizer_.update(weights.subspan(at, n), std::span<float const>(reduced, n), state_, begin + at, info);
+    }
   }
 
   // Calls f(begin, count, piece) for each chunk of replica r's pieces, in order.
