@@ -8,6 +8,10 @@
 //                                               the loop (as a step could pack them when it writes
 //                                               them); the activations packed in every product
 //   Kernel/<product>/<replica samples>/packing  the weights packed in every product too, as oneDNN does
+//   Kernel/weight_gradient_<k>/256_half         OneDevice's share of a weight gradient on one of two
+//                                               intra-op threads: half the output columns, all 256
+//                                               samples (the forward and input-gradient shares are
+//                                               the 128-sample shapes above)
 //   Pack/activations_<k>/<replica samples>      the kernel packing a forward product's activations (floats)
 // `.../threads:2`: two threads at once, each with its own factors, as Mirrored<2>'s replicas.
 // The product names follow Dense: forward y = W x, weight gradient dW = dy x^T, input
@@ -98,15 +102,20 @@ void register_kernels() {
     char const* name;
     int m, n, k;
     bool transpose_a, transpose_b, a_is_weights;
+    char const* samples = "128";  // what each thread's share is: a replica's 128 samples, or
+                                  // half the columns of OneDevice's 256 ("256_half")
   };
   for (Product const& p : {Product{"forward_1024", 1024, 128, 1024, false, false, true},
                            Product{"forward_784", 1024, 128, 784, false, false, true},
                            Product{"weight_gradient_1024", 1024, 1024, 128, false, true, false},
                            Product{"weight_gradient_784", 1024, 784, 128, false, true, false},
+                           Product{"weight_gradient_1024", 1024, 512, 256, false, true, false, "256_half"},
+                           Product{"weight_gradient_784", 1024, 392, 256, false, true, false, "256_half"},
                            Product{"input_gradient_1024", 1024, 128, 1024, true, false, true}}) {
     for (bool const every_time : {false, true}) {
       if (every_time && !p.a_is_weights) continue;
-      std::string const name = std::string("Kernel/") + p.name + "/128" + (every_time ? "/packing" : "");
+      std::string const name =
+          std::string("Kernel/") + p.name + "/" + p.samples + (every_time ? "/packing" : "");
       benchmark::RegisterBenchmark(name.c_str(),
                                    [p, every_time](benchmark::State& s) {
                                      kernel(s, p.m, p.n, p.k, p.transpose_a, p.transpose_b, every_time);
