@@ -197,7 +197,8 @@ void apply_rule(R const& rule, std::span<float> w, std::span<float const> g, Sta
 // weight's gradient is scale * first[i], or scale * (first[i] + second[i]): the bits of
 // summing the arenas into memory and then scaling them (comm::reduce_range), computed in the
 // update's own loop. One pass that streams the arenas, the weights and the state together
-// runs faster than a reduce into a buffer followed by the update (docs/benchmarks.md).
+// is never slower than a reduce into a buffer followed by the update, and faster where
+// memory is slow (docs/benchmarks.md).
 struct SummedGradient {
   float const* first;             // the arenas, each at the index of the update's w[0]
   float const* second = nullptr;  // null: one arena

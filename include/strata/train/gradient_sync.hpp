@@ -11,7 +11,7 @@
 //   gradients(r)            the arena backward writes (replica 0's is the model's own)
 //   layer_done(r, layer)    backward finished `layer`'s gradients: a bucket may start
 //   gradients_ready(r)      after backward of the group's last micro-batch: returns when
-//                           reduce() may read every replica's contribution
+//                           summands() hold every replica's contribution
 //   summands(r)             the host arenas whose sum, in order, is every replica's gradient
 //                           (SliceUpdate reads s * their sum, in its update or into a buffer)
 //   sum(r, share)           the sum of one double per local replica, in replica order, the
@@ -107,12 +107,10 @@ class ReplicaArenas : public ReplicaBarrier<Replicas> {
       owned_[std::size_t(r)] = AlignedBuffer(arena_);
       gradients_[std::size_t(r)] = owned_[std::size_t(r)].data();
     }
-    for (int r = 0; r < local_replicas; ++r) readable_[std::size_t(r)] = gradients_[std::size_t(r)];
   }
 
   std::size_t arena_;
   std::array<float*, local_replicas> gradients_{};
-  std::array<float const*, local_replicas> readable_{};  // the same arenas, as summands() gives them
 
  private:
   std::array<AlignedBuffer, local_replicas> owned_;  // [0] unused: replica 0 writes the model's
@@ -130,7 +128,7 @@ class ThreadSync : public ReplicaArenas<Replicas> {
   void begin_reduction(bool) {}
   void layer_done(int, std::size_t) {}
   void gradients_ready(int r) { this->barrier(r); }  // every replica's arena is complete
-  [[nodiscard]] std::span<float const* const> summands(int) const { return this->readable_; }
+  [[nodiscard]] std::span<float const* const> summands(int) const { return this->gradients_; }
   [[nodiscard]] static constexpr int num_replicas_in_sync() { return base::local_replicas; }
 };
 
@@ -205,7 +203,7 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
   }
   // After the all-reduce each replica's own arena holds the sum.
   [[nodiscard]] std::span<float const* const> summands(int r) const {
-    return std::span<float const* const>(this->readable_).subspan(std::size_t(r), 1);
+    return std::span<float const* const>(this->gradients_).subspan(std::size_t(r), 1);
   }
   [[nodiscard]] int num_replicas_in_sync() const { return world_; }
   [[nodiscard]] int first_replica() const { return first_; }

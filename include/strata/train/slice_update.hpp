@@ -201,8 +201,9 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   // The update of weights [begin, begin + count) from scale * (the sum of the summands). An
   // element rule reads one or two arenas in its own loop: the gradients, weights and state
   // stream from memory together. Otherwise the sum goes through L1 in pieces small enough
-  // that those streams still interleave; a reduce of the whole chunk first, then its update,
-  // took 1.2-1.4x as long (docs/benchmarks.md).
+  // that those streams still interleave. Where memory is slow, a reduce of the whole chunk
+  // first, then its update, took 1.2-1.4x as long; where it is fast, as long
+  // (docs/benchmarks.md).
   void update_summed(std::span<float const* const> summands, float scale, std::size_t begin, std::size_t count,
                      optim::StepInfo info) {
     std::span<float> const weights(weights_ + begin, count);
