@@ -1,16 +1,21 @@
 // The step's optimizer update alone: SGD with momentum on the benchmarked MLP's 1,863,690
-// weights (784-1024-1024-10), both cores each taking half, with the weights, momentum and
-// gradients cold (four sets of them in turn, 120 MB, past the L3). Three ways to read the
-// gradient, scale * (the sum of one or two replicas' arenas):
+// weights (784-1024-1024-10), two threads each taking half. The second argument is how many
+// sets of weights, momentum and gradients are taken in turn: 4 (120 MB) leaves them cold,
+// past the L3; 1 (22 MB with one arena, 30 MB with two) leaves them where the last update
+// put them, in the L3 where it holds them. Three ways to read the gradient, scale * (the
+// sum of one or two replicas' arenas):
 //
-//   Update/in_rule_loop/<arenas>   the element rule sums the arenas in its own loop
-//                                  (optim::SummedGradient: what SliceUpdate runs)
-//   Update/buffer_2048/<arenas>    comm::reduce_range into an 8 KiB L1 buffer, then the
-//                                  update of that chunk (the step before this form)
-//   Update/buffer_128/<arenas>     the same, 128 floats at a time (SliceUpdate's fallback:
-//                                  more than two arenas, or an optimizer without a rule)
+//   Update/in_rule_loop/<arenas>/<sets>  the element rule sums the arenas in its own loop
+//                                        (optim::SummedGradient), one call per thread
+//   Update/in_rule_loop_chunks/...       the same, one call per 2,048 floats: SliceUpdate's
+//                                        chunks, which the refresh of bf16 copies needs
+//   Update/buffer_2048/<arenas>/4        comm::reduce_range into an 8 KiB L1 buffer, then
+//                                        the update of that chunk (the step before this form)
+//   Update/buffer_128/<arenas>/4         the same, 128 floats at a time (SliceUpdate's
+//                                        fallback: more than two arenas, or no element rule)
 //
 //   cmake --build build --target update && build/benchmarks/update --benchmark_repetitions=9
+//       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -53,7 +58,7 @@ Data& data() {
   return d;
 }
 
-enum class Form { in_rule_loop, buffer_2048, buffer_128 };
+enum class Form { in_rule_loop, in_rule_loop_chunks, buffer_2048, buffer_128 };
 
 template <Form F>
 void update(Data& d, Set& s, int arenas, std::size_t begin, std::size_t end) {
@@ -62,6 +67,12 @@ void update(Data& d, Set& s, int arenas, std::size_t begin, std::size_t end) {
   if constexpr (F == Form::in_rule_loop) {
     optim::SummedGradient const g{s.g0.data() + begin, arenas == 2 ? s.g1.data() + begin : nullptr, scale};
     optim::apply_rule(rule, std::span<float>(s.w.data() + begin, end - begin), g, s.state, begin);
+  } else if constexpr (F == Form::in_rule_loop_chunks) {
+    for (std::size_t at = begin; at < end; at += 2048) {
+      std::size_t const n = std::min<std::size_t>(2048, end - at);
+      optim::SummedGradient const g{s.g0.data() + at, arenas == 2 ? s.g1.data() + at : nullptr, scale};
+      optim::apply_rule(rule, std::span<float>(s.w.data() + at, n), g, s.state, at);
+    }
   } else {
     constexpr std::size_t piece = F == Form::buffer_2048 ? 2048 : 128;
     float const* const peers[2] = {s.g0.data(), s.g1.data()};
@@ -74,26 +85,34 @@ void update(Data& d, Set& s, int arenas, std::size_t begin, std::size_t end) {
   }
 }
 
+// One iteration is one whole update: the two halves on a two-thread comm::ThreadGroup (the
+// step's replica threads), so that the time is the update's wall time. (A Threads(2)
+// benchmark would report the wall time over the iterations of both threads: half of it.)
 template <Form F>
 void Update(benchmark::State& state) {
   Data& d = data();
+  static comm::ThreadGroup group(2);
   int const arenas = int(state.range(0));
-  // This thread's half, on a cache-line boundary.
-  std::size_t const half = (weights / 2) / 16 * 16;
-  std::size_t const begin = state.thread_index() == 0 ? 0 : half;
-  std::size_t const end = state.thread_index() == 0 ? half : weights;
+  int const cycle = int(state.range(1));  // sets taken in turn
+  std::size_t const half = (weights / 2) / 16 * 16;  // the second half starts on a cache line
   int next = 0;
   for (auto _ : state) {
-    update<F>(d, d.set[std::size_t(next)], arenas, begin, end);
-    next = (next + 1) % sets;
+    Set& set = d.set[std::size_t(next)];
+    auto task = [&](int r) { update<F>(d, set, arenas, r == 0 ? 0 : half, r == 0 ? half : weights); };
+    group.run(task);
+    next = (next + 1) % cycle;
   }
   // Bytes the update must move: read the arenas, read and write the weights and momentum.
-  state.SetBytesProcessed(state.iterations() * std::int64_t(end - begin) * std::int64_t(sizeof(float)) * (arenas + 4));
+  state.SetBytesProcessed(state.iterations() * std::int64_t(weights) * std::int64_t(sizeof(float)) * (arenas + 4));
 }
 
-BENCHMARK(Update<Form::in_rule_loop>)->Name("Update/in_rule_loop")->Arg(1)->Arg(2)->Threads(2)->UseRealTime();
-BENCHMARK(Update<Form::buffer_2048>)->Name("Update/buffer_2048")->Arg(1)->Arg(2)->Threads(2)->UseRealTime();
-BENCHMARK(Update<Form::buffer_128>)->Name("Update/buffer_128")->Arg(1)->Arg(2)->Threads(2)->UseRealTime();
+BENCHMARK(Update<Form::in_rule_loop>)->Name("Update/in_rule_loop")->ArgsProduct({{1, 2}, {1, sets}})->UseRealTime();
+BENCHMARK(Update<Form::in_rule_loop_chunks>)
+    ->Name("Update/in_rule_loop_chunks")
+    ->ArgsProduct({{1, 2}, {1, sets}})
+    ->UseRealTime();
+BENCHMARK(Update<Form::buffer_2048>)->Name("Update/buffer_2048")->Args({1, sets})->Args({2, sets})->UseRealTime();
+BENCHMARK(Update<Form::buffer_128>)->Name("Update/buffer_128")->Args({1, sets})->Args({2, sets})->UseRealTime();
 
 }  // namespace
 

@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 import fashion
+from cpu_kind import cpu_kind
 from fashion import FLOPS_PER_SAMPLE
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -166,7 +167,7 @@ def throughput(result):
 
 def machine():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    return f"{cpu}, {os.cpu_count()} cores, {platform.platform()}"
+    return f"{cpu}, {cpu_kind()}, {os.cpu_count()} cores, {platform.platform()}"
 
 
 def main():

@@ -26,13 +26,10 @@ import statistics
 import subprocess
 import sys
 
+from cpu_kind import cpu_kind
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-
-
-def cpu_kind():
-    flags = open("/proc/cpuinfo").read()
-    return "Zen 4 (AVX-512, AVX512_BF16)" if "avx512_bf16" in flags else "Zen 3 or other AVX2 (no AVX512_BF16)"
 
 
 def last_json(text):
