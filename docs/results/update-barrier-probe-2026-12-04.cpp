@@ -18,13 +18,13 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < n; ++i) { w[s][i] = 1; g[s][i] = 1e-3f; m[s][i] = 0; }
     }
     int const updates = 400;
-    std::barrier sync(2);
+    std::barrier sync(THREADS);
     std::vector<double> times;
     auto t0 = std::chrono::steady_clock::now();
-    std::thread th[2];
-    for (int t = 0; t < 2; ++t)
+    std::thread th[THREADS];
+    for (int t = 0; t < THREADS; ++t)
       th[t] = std::thread([&, t] {
-        size_t b = t == 0 ? 0 : n / 2, e = t == 0 ? n / 2 : n;
+        size_t b = n / THREADS * t, e = t == THREADS - 1 ? n : n / THREADS * (t + 1);
         for (int u = 0; u < updates; ++u) {
           int s = u % sets;
           float* __restrict W = w[s]; float* __restrict M = m[s]; float const* __restrict G = g[s];
