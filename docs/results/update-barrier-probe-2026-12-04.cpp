@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#ifndef THREADS
+#define THREADS 2  // threads the update is split over (-DTHREADS=1: one)
+#endif
 // SGD momentum over `sets` sets of (w, g, m), 1,863,690 floats each, 2 threads each taking half, a barrier per update.
 int main(int argc, char** argv) {
   size_t const n = 1863690;
