@@ -1,5 +1,5 @@
 #pragma once
-// strata's own bf16 matrix product for CPUs with AVX512_BF16 (Zen 4, Intel Cooper Lake and
+// strata's own bf16 matrix product for CPUs with AVX512_BF16 (Zen 4 and 5, Intel Cooper Lake and
 // later): c = alpha * op(a) op(b) + beta * c, column-major like the rest of core/, with bf16
 // inputs and float sums (VDPBF16PS: each float lane adds the products of two bf16 pairs).
 //
