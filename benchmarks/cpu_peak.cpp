@@ -3,6 +3,8 @@
 //   Peak/fp32_fma/avx2         8-lane fused multiply-adds: the float peak of Zen 3 and of
 //                              Zen 4, which runs a 16-lane one as two 8-lane halves (an
 //                              AVX-512 loop measured the same, docs/benchmarks.md)
+//   Peak/fp32_fma/avx512       16-lane fused multiply-adds (skipped without AVX-512): the
+//                              float peak of Zen 5, whose AVX-512 units are full width
 //   Peak/bf16_dot/avx512       VDPBF16PS, 32 bf16 products summed into 16 floats (skipped
 //                              without AVX512_BF16): what oneDNN's bf16 matmul runs on
 // on one thread and on two, each with twelve independent accumulators, so the loop is bound
@@ -44,6 +46,21 @@ __attribute__((target("avx2,fma"), noinline)) float fma_avx2() {
   return _mm256_cvtss_f32(s);
 }
 
+__attribute__((target("avx512f"), noinline)) float fma_avx512() {
+  __m512 acc[accumulators];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  __m512 x = _mm512_set1_ps(1.0f);
+  __m512 const y = _mm512_set1_ps(1e-9f);
+  for (long r = 0; r < rounds_per_iteration; ++r) {
+#pragma GCC unroll 12
+    for (__m512& a : acc) a = _mm512_fmadd_ps(x, y, a);
+    __asm__ volatile("" : "+v"(x));
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < accumulators; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_cvtss_f32(s);
+}
+
 __attribute__((target("avx512f,avx512bf16"), noinline)) float dot_bf16_avx512() {
   __m512 acc[accumulators];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -73,6 +90,9 @@ void peak(benchmark::State& state, char const* feature, bool supported) {
 void fp32_fma_avx2(benchmark::State& state) {
   peak<fma_avx2, 8 * 2>(state, "AVX2 with FMA", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
 }
+void fp32_fma_avx512(benchmark::State& state) {
+  peak<fma_avx512, 16 * 2>(state, "AVX-512", __builtin_cpu_supports("avx512f"));
+}
 void bf16_dot_avx512(benchmark::State& state) {
   peak<dot_bf16_avx512, 32 * 2>(state, "AVX512_BF16", __builtin_cpu_supports("avx512bf16"));
 }
@@ -80,6 +100,7 @@ void bf16_dot_avx512(benchmark::State& state) {
 // Threads(2): both threads run the loop at once and the rates add up (Google Benchmark sums
 // a rate counter over threads).
 BENCHMARK(fp32_fma_avx2)->Name("Peak/fp32_fma/avx2")->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(fp32_fma_avx512)->Name("Peak/fp32_fma/avx512")->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bf16_dot_avx512)->Name("Peak/bf16_dot/avx512")->Threads(1)->Threads(2)->UseRealTime();
 
 // Each thread updates its share of the parameters. Iterations take four sets of weights,
