@@ -46,29 +46,25 @@ __attribute__((target("avx2,fma"), noinline)) float fma_avx2() {
   return _mm256_cvtss_f32(s);
 }
 
-__attribute__((target("avx512f"), noinline)) float fma_avx512() {
-  __m512 acc[accumulators];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  __m512 x = _mm512_set1_ps(1.0f);
-  __m512 const y = _mm512_set1_ps(1e-9f);
-  for (long r = 0; r < rounds_per_iteration; ++r) {
-#pragma GCC unroll 12
-    for (__m512& a : acc) a = _mm512_fmadd_ps(x, y, a);
-    __asm__ volatile("" : "+v"(x));
-  }
-  __m512 s = acc[0];
-  for (int j = 1; j < accumulators; ++j) s = _mm512_add_ps(s, acc[j]);
-  return _mm512_cvtss_f32(s);
-}
+// The 16-lane kernels: a 16-lane FMA (AVX-512; Zen 4 runs it as two 8-lane halves, Zen 5 at
+// once) or VDPBF16PS (AVX512_BF16). Compiled for both instruction sets, each runs only where
+// its own exists (peak() asks the CPU first).
+enum class Wide { fp32_fma, bf16_dot };
 
-__attribute__((target("avx512f,avx512bf16"), noinline)) float dot_bf16_avx512() {
+template <Wide W>
+__attribute__((target("avx512f,avx512bf16"), noinline)) float avx512_loop() {
+  constexpr bool fp32 = W == Wide::fp32_fma;
   __m512 acc[accumulators];
   for (__m512& a : acc) a = _mm512_setzero_ps();
-  __m512i x = _mm512_set1_epi16(0x3f80);  // bf16 1.0
-  __m512bh const y = (__m512bh)_mm512_set1_epi16(0x3000);  // a small bf16, so the sums stay finite
+  // fp32: 1.0 times a tiny float; bf16: pairs of bf16 1.0 times a small bf16. The sums stay finite.
+  __m512 x = fp32 ? _mm512_set1_ps(1.0f) : _mm512_castsi512_ps(_mm512_set1_epi16(0x3f80));
+  __m512 const y = fp32 ? _mm512_set1_ps(1e-9f) : _mm512_castsi512_ps(_mm512_set1_epi16(0x3000));
   for (long r = 0; r < rounds_per_iteration; ++r) {
 #pragma GCC unroll 12
-    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, (__m512bh)x, y);
+    for (__m512& a : acc) {
+      if constexpr (fp32) a = _mm512_fmadd_ps(x, y, a);
+      else a = _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)y);
+    }
     __asm__ volatile("" : "+v"(x));
   }
   __m512 s = acc[0];
@@ -91,10 +87,10 @@ void fp32_fma_avx2(benchmark::State& state) {
   peak<fma_avx2, 8 * 2>(state, "AVX2 with FMA", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
 }
 void fp32_fma_avx512(benchmark::State& state) {
-  peak<fma_avx512, 16 * 2>(state, "AVX-512", __builtin_cpu_supports("avx512f"));
+  peak<avx512_loop<Wide::fp32_fma>, 16 * 2>(state, "AVX-512", __builtin_cpu_supports("avx512f"));
 }
 void bf16_dot_avx512(benchmark::State& state) {
-  peak<dot_bf16_avx512, 32 * 2>(state, "AVX512_BF16", __builtin_cpu_supports("avx512bf16"));
+  peak<avx512_loop<Wide::bf16_dot>, 32 * 2>(state, "AVX512_BF16", __builtin_cpu_supports("avx512bf16"));
 }
 
 // Threads(2): both threads run the loop at once and the rates add up (Google Benchmark sums

@@ -7,8 +7,9 @@
 //
 //   Update/in_rule_loop/<arenas>/<sets>  the element rule sums the arenas in its own loop
 //                                        (optim::SummedGradient), one call per thread
-//   Update/in_rule_loop_chunks/...       the same, one call per 2,048 floats: SliceUpdate's
-//                                        chunks, which the refresh of bf16 copies needs
+//   Update/in_rule_loop_chunks/...       the same, one call per SliceUpdate::chunk_floats
+//                                        (2,048): the step's chunks, which the refresh of
+//                                        bf16 copies needs
 //   Update/buffer_2048/<arenas>/4        comm::reduce_range into an 8 KiB L1 buffer, then
 //                                        the update of that chunk (the step before this form)
 //   Update/buffer_128/<arenas>/4         the same, 128 floats at a time (SliceUpdate's
@@ -64,15 +65,15 @@ template <Form F>
 void update(Data& d, Set& s, int arenas, std::size_t begin, std::size_t end) {
   float const scale = 1.0f / 256.0f;
   auto const rule = d.sgd.rule(StepInfo{1});
+  auto in_rule = [&](std::size_t from, std::size_t to) {  // weights [from, to), one call
+    optim::SummedGradient const g{s.g0.data() + from, arenas == 2 ? s.g1.data() + from : nullptr, scale};
+    optim::apply_rule(rule, std::span<float>(s.w.data() + from, to - from), g, s.state, from);
+  };
   if constexpr (F == Form::in_rule_loop) {
-    optim::SummedGradient const g{s.g0.data() + begin, arenas == 2 ? s.g1.data() + begin : nullptr, scale};
-    optim::apply_rule(rule, std::span<float>(s.w.data() + begin, end - begin), g, s.state, begin);
+    in_rule(begin, end);
   } else if constexpr (F == Form::in_rule_loop_chunks) {
-    for (std::size_t at = begin; at < end; at += 2048) {
-      std::size_t const n = std::min<std::size_t>(2048, end - at);
-      optim::SummedGradient const g{s.g0.data() + at, arenas == 2 ? s.g1.data() + at : nullptr, scale};
-      optim::apply_rule(rule, std::span<float>(s.w.data() + at, n), g, s.state, at);
-    }
+    constexpr std::size_t chunk = train::SliceUpdate<Sgd, policy::Cpu, 1, float>::chunk_floats;
+    for (std::size_t at = begin; at < end; at += chunk) in_rule(at, std::min(end, at + chunk));
   } else {
     constexpr std::size_t piece = F == Form::buffer_2048 ? 2048 : 128;
     float const* const peers[2] = {s.g0.data(), s.g1.data()};

@@ -8,8 +8,8 @@ AVX-512 units double Zen 4's float rate) and from the flags the products depend 
 
 def cpu_kind():
     text = open("/proc/cpuinfo").read()
-    fields = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    first_cpu = (line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in first_cpu}
     flags = set(fields.get("flags", "").split())
     family = int(fields.get("cpu family", "0"))
     vendor = fields.get("vendor_id", "")
