@@ -3,8 +3,9 @@
 256, on Debian's Fashion-MNIST, trained for the same epochs of the same steps by strata,
 Keras and PyTorch, one system after another, in a freshly shuffled order every round. The
 machine's two-thread GEMM rate is measured in the same rounds. Prints one Markdown table and
-the CPU-speed targets its systems measure (met or not), and writes the raw figures as JSON. Run it through benchmarks/anchors/run, which makes the
-virtual environment and builds the strata programs; it is not part of CI.
+the CPU-speed targets its systems measure (met or not), and writes the raw figures as JSON.
+Run it through benchmarks/anchors/run, which makes the virtual environment and builds the
+strata programs; it is not part of CI.
 
     anchors.py [--rounds 3] [--epochs 3] [--steps 234] [--json FILE] [--only NAME,...]
 
