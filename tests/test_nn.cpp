@@ -229,6 +229,18 @@ TEST_CASE("LayerNorm and Residual name their parameters for checkpoints and chec
                                           "dense_3/bias"});
   CHECK(tensors[2].offset == Model::offsets[1]);
   CHECK(tensors[4].offset == Model::offsets[2]);
+  // Read transposed (for an input gradient): every kernel but the first layer's, whose input
+  // gradient the model never asks for, and a block's first kernel where the block is first.
+  using Reads = nn::ParameterTensor::TransposedReads;
+  std::vector<Reads> reads;
+  for (auto const& t : tensors) reads.push_back(t.read_transposed);
+  CHECK(reads == std::vector<Reads>{Reads::never, Reads::possible, Reads::possible, Reads::possible, Reads::possible,
+                                    Reads::possible, Reads::possible, Reads::possible, Reads::possible, Reads::possible});
+  using BlockFirst = Sequential<Residual<Sequential<Dense<6, 3>, Relu, Dense<3, 6>>>, Dense<6, 2>>;
+  reads.clear();
+  for (auto const& t : BlockFirst::parameter_tensors()) reads.push_back(t.read_transposed);
+  CHECK(reads == std::vector<Reads>{Reads::never, Reads::possible, Reads::possible, Reads::possible, Reads::possible,
+                                    Reads::possible});
   CHECK(Model::parameter_count == 4 * 6 + 6 + 12 + (6 * 3 + 3 + 3 * 6 + 6) + 6 * 2 + 2);
   Model model(1);
   CHECK(model.parameters()[Model::offsets[1]] == 1.0f);  // gamma starts at 1

@@ -231,6 +231,9 @@ class Chain {
       for (auto t : L::parameter_tensors(widths[i])) {
         t.name = std::string(L::kind) + "_" + std::to_string(i) + "/" + t.name;
         t.offset += offsets[i];
+        // A later layer's input gradient is always asked for: the layers before it need it.
+        if (i > 0 && t.read_transposed == ParameterTensor::TransposedReads::for_input_gradient)
+          t.read_transposed = ParameterTensor::TransposedReads::possible;
         out.push_back(std::move(t));
       }
     } else {

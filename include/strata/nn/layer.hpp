@@ -61,6 +61,14 @@ struct ParameterTensor {
   // element: where those products read a bf16 copy of the weights, the trainer keeps no
   // rounded float copy of it (train/replica_pass.hpp).
   bool read_by_products_only = false;
+  // Whether a product may read it transposed (a Dense kernel: dx = W^T dy); `possible` where
+  // the layer does not say. `for_input_gradient`: only while its layer's input gradient is
+  // asked for. A Chain keeps that for its first layer only (its own input gradient decides);
+  // a Sequential, whose first layer is never asked for one, makes it `never`, and where
+  // strata's bf16 kernel reads the forward product's packed copy, such a tensor keeps no
+  // other copy (train/replica_pass.hpp).
+  enum class TransposedReads : std::uint8_t { possible, for_input_gradient, never };
+  TransposedReads read_transposed = TransposedReads::possible;
 };
 
 // The number of elements of a tensor of `shape`.

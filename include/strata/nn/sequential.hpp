@@ -68,7 +68,15 @@ class Sequential {
 
   // Every parameter tensor with its arena offset, named "<kind>_<layer index>/<name>"
   // ("dense_0/kernel", "dense_2/bias"): the names checkpoints use.
-  static std::vector<ParameterTensor> parameter_tensors() { return Shape::parameter_tensors(input_width); }
+  // The first layer's input gradient is never asked for (backward passes it no dx): what a
+  // product reads transposed only for that is never read transposed.
+  static std::vector<ParameterTensor> parameter_tensors() {
+    std::vector<ParameterTensor> tensors = Shape::parameter_tensors(input_width);
+    for (ParameterTensor& t : tensors)
+      if (t.read_transposed == ParameterTensor::TransposedReads::for_input_gradient)
+        t.read_transposed = ParameterTensor::TransposedReads::never;
+    return tensors;
+  }
 
   // Re-draws every parameter from `seed` (Glorot/He per layer), zeroes the gradients.
   void initialize(std::uint64_t seed) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -120,7 +121,10 @@ class ReplicaPass<Model, policy::Cpu, T> {
 // addresses only name the bf16 copy, which saves a third of the refresh's stores. Where
 // strata's bf16 kernel multiplies (bf16_kernel_products(), core/dnnl.hpp), such a tensor that
 // is a matrix also gets a copy in the kernel's packed layout, refreshed in the same pass, so
-// that no product packs the weights. The Cuda form (train/replica_pass_cuda.hpp) keeps a
+// that no product packs the weights; where no product reads it transposed either
+// (ParameterTensor::TransposedReads::never: the first Dense of a Sequential), that packed
+// copy is its only one, and its bf16 copy holds NaN, so that a read of it could not pass
+// unseen. The Cuda form (train/replica_pass_cuda.hpp) keeps a
 // copy on each GPU.
 template <class Device, class T>
 class ReplicaWeights;
@@ -145,7 +149,10 @@ class ReplicaWeights<policy::Cpu, T> {
           range.rows = int(t.shape[1]);
           range.cols = int(t.shape[0]);
           range.packed = packed_size;
+          range.packed_only = t.read_transposed == nn::ParameterTensor::TransposedReads::never;
           packed_size += bf16_gemm::packed_a_size(range.rows, range.cols);
+          if (range.packed_only)
+            std::fill(halves_.data() + range.begin, halves_.data() + range.end, bf16(std::numeric_limits<float>::quiet_NaN()));
         }
         products_only_.push_back(range);
       }
@@ -162,6 +169,7 @@ class ReplicaWeights<policy::Cpu, T> {
     if constexpr (std::is_same_v<T, bf16>) {
       if (!halves_.empty()) {  // both copies in one pass over the fresh weights
         for_runs(begin, end, [&](std::size_t from, std::size_t to, Range const* products_only) {
+          if (products_only && products_only->packed_only) return pack(*products_only, from, to);
           round_with_bf16_copy(products_only ? nullptr : copy_.data() + from, halves_.data() + from,
                                host_.data() + from, to - from);
           if (products_only && products_only->rows > 0) pack(*products_only, from, to);
@@ -187,11 +195,13 @@ class ReplicaWeights<policy::Cpu, T> {
   }
 
  private:
-  // A products-only tensor; with rows > 0, a matrix with a packed copy at packed_ + packed.
+  // A products-only tensor; with rows > 0, a matrix with a packed copy at packed_ + packed,
+  // and with packed_only, no other.
   struct Range {
     std::size_t begin, end;
     int rows = 0, cols = 0;
     std::size_t packed = 0;
+    bool packed_only = false;
     auto operator<=>(Range const&) const = default;
   };
 
