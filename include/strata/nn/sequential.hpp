@@ -67,9 +67,9 @@ class Sequential {
   }
 
   // Every parameter tensor with its arena offset, named "<kind>_<layer index>/<name>"
-  // ("dense_0/kernel", "dense_2/bias"): the names checkpoints use.
-  // The first layer's input gradient is never asked for (backward passes it no dx): what a
-  // product reads transposed only for that is never read transposed.
+  // ("dense_0/kernel", "dense_2/bias"): the names checkpoints use. The first layer is never
+  // asked for its input gradient (backward passes it no dx), so what a product would read
+  // transposed only for that gradient is never read transposed.
   static std::vector<ParameterTensor> parameter_tensors() {
     std::vector<ParameterTensor> tensors = Shape::parameter_tensors(input_width);
     for (ParameterTensor& t : tensors)

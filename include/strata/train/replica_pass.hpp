@@ -169,9 +169,9 @@ class ReplicaWeights<policy::Cpu, T> {
     if constexpr (std::is_same_v<T, bf16>) {
       if (!halves_.empty()) {  // both copies in one pass over the fresh weights
         for_runs(begin, end, [&](std::size_t from, std::size_t to, Range const* products_only) {
-          if (products_only && products_only->packed_only) return pack(*products_only, from, to);
-          round_with_bf16_copy(products_only ? nullptr : copy_.data() + from, halves_.data() + from,
-                               host_.data() + from, to - from);
+          if (!products_only || !products_only->packed_only)
+            round_with_bf16_copy(products_only ? nullptr : copy_.data() + from, halves_.data() + from,
+                                 host_.data() + from, to - from);
           if (products_only && products_only->rows > 0) pack(*products_only, from, to);
         });
         return;
