@@ -341,42 +341,34 @@ TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same we
 }
 
 namespace {
-using Normed = Sequential<Dense<20, 32>, LayerNorm, Residual<Sequential<Dense<32, 48>, Gelu, Dense<48, 32>>>, Dense<32, 5>>;
-template <class... Ps>
-std::vector<float> train_normed() {
-  Normed model(23);
+// Trains a fresh Model(seed) for 2 epochs with Adam under Trainer<Ps...>; returns its weights.
+template <class Model, class... Ps>
+std::vector<float> train_fresh(std::uint64_t seed, int samples, int batch_size) {
+  Model model(seed);
   Trainer<Ps...> trainer;
-  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, synthetic(192, 7), {.epochs = 2, .batch_size = 64, .seed = 3});
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, synthetic(samples, 7),
+              {.epochs = 2, .batch_size = batch_size, .seed = 3});
   return {model.parameters().begin(), model.parameters().end()};
 }
+using Normed = Sequential<Dense<20, 32>, LayerNorm, Residual<Sequential<Dense<32, 48>, Gelu, Dense<48, 32>>>, Dense<32, 5>>;
+// 40 features: one full block of 32 rows and a part-filled one for the gradients of gamma
+// and beta; hundreds of columns, many blocks of warps; GradAccum adds to those gradients.
+using Normed40 = Sequential<Dense<20, 40>, LayerNorm, Dense<40, 5>>;
 }  // namespace
 
 TEST_CASE("gpu: LayerNorm and Residual (their own kernel modules) train as on the CPU") {
-  auto const cpu = train_normed<OneDevice>();
-  CHECK(max_difference(cpu, train_normed<OneDevice, Cuda>()) < 2e-4);
-  CHECK(max_difference(cpu, train_normed<Mirrored<2>, Cuda>()) < 2e-4);
+  auto const cpu = train_fresh<Normed, OneDevice>(23, 192, 64);
+  CHECK(max_difference(cpu, train_fresh<Normed, OneDevice, Cuda>(23, 192, 64)) < 2e-4);
+  CHECK(max_difference(cpu, train_fresh<Normed, Mirrored<2>, Cuda>(23, 192, 64)) < 2e-4);
   CHECK(max_difference(cpu, Normed(23).parameters()) > 1e-3);  // it trained
 }
 
-namespace {
-// 40 features: one full block of 32 rows and a part-filled one for the gradients of gamma
-// and beta; 300 columns, more than one block of warps; GradAccum adds to those gradients.
-using Normed40 = Sequential<Dense<20, 40>, LayerNorm, Dense<40, 5>>;
-template <class... Ps>
-std::vector<float> train_normed40() {
-  Normed40 model(29);
-  Trainer<Ps...> trainer;
-  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, synthetic(1200, 7), {.epochs = 2, .batch_size = 600, .seed = 3});
-  return {model.parameters().begin(), model.parameters().end()};
-}
-}  // namespace
-
 TEST_CASE("gpu: LayerNorm over 40 features with GradAccum trains as on the CPU, and to the same bits twice") {
-  auto const cpu = train_normed40<OneDevice, GradAccum<2>>();
-  auto const gpu = train_normed40<OneDevice, Cuda, GradAccum<2>>();
+  auto const cpu = train_fresh<Normed40, OneDevice, GradAccum<2>>(29, 1200, 600);
+  auto const gpu = train_fresh<Normed40, OneDevice, Cuda, GradAccum<2>>(29, 1200, 600);
   CHECK(max_difference(cpu, gpu) < 2e-4);
-  CHECK(gpu == train_normed40<OneDevice, Cuda, GradAccum<2>>());  // every sum in a fixed order
-  CHECK(max_difference(cpu, Normed40(29).parameters()) > 1e-3);   // it trained
+  CHECK(gpu == train_fresh<Normed40, OneDevice, Cuda, GradAccum<2>>(29, 1200, 600));  // every sum in a fixed order
+  CHECK(max_difference(cpu, Normed40(29).parameters()) > 1e-3);                      // it trained
 }
 
 namespace {
