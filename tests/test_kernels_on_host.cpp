@@ -1,16 +1,20 @@
 // The Cuda kernels of BERT's layers, run on the CPU: their text, cut out of the headers at
 // configure time (tests/CMakeLists.txt), compiled here as C++ with one thread standing in
-// for the grid, and driven by the same AttentionSteps as on the device, with a plain GEMM
+// for the grid (LayerNorm's, which work in warps and blocks: a std::thread per device
+// thread), and driven by the same AttentionSteps as on the device, with a plain GEMM
 // standing in for cuBLAS. Checked against strata's CPU math, which packs the tokens where
 // the device masks the padding. This is what CI can check of the device code without a
 // GPU; `test_cuda --gpu` checks the real thing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <barrier>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "strata.hpp"
@@ -38,6 +42,37 @@ inline int atomicMin(int* at, int value) {
 }
 #include "attention_body.inc"
 #include "embedding_body.inc"
+
+// LayerNorm's kernels work in warps and blocks: there each device thread is a std::thread.
+// Blocks run one after another, so a __shared__ array (a static here) is the running
+// block's; __syncthreads is the block's barrier and a shuffle is the warp's, so a kernel whose
+// lanes do not meet at every shuffle hangs here as it would misbehave there.
+namespace {
+struct HostDim3 {
+  unsigned x = 0;
+};
+thread_local HostDim3 threadIdx, blockIdx;
+HostDim3 blockDim, gridDim;
+struct HostWarp {
+  std::barrier<> meet{32};
+  double values[32]{};
+};
+thread_local HostWarp* this_warp = nullptr;
+std::barrier<>* this_block = nullptr;
+void __syncthreads() { this_block->arrive_and_wait(); }
+double __shfl_xor_sync(unsigned, double v, int lane_mask) {
+  unsigned const lane = threadIdx.x & 31u;
+  this_warp->values[lane] = v;
+  this_warp->meet.arrive_and_wait();
+  double const other = this_warp->values[lane ^ unsigned(lane_mask)];
+  this_warp->meet.arrive_and_wait();  // every lane has read before any writes again
+  return other;
+}
+}  // namespace
+#undef __shared__
+#define __shared__ static
+#include "layer_norm_body.inc"
+#undef __shared__
 
 namespace {
 
@@ -195,4 +230,88 @@ TEST_CASE("Embedding's and Bert's device kernels, on the CPU: the CPU's lookup a
   ids[9] = 2.5f;
   strata_embedding_forward(ids.data(), y.data(), word, position, segment, hidden, L, L * samples, vocab, &bad);
   CHECK(bad == 5);  // the first, in token order
+}
+
+namespace {
+// `kernel` on `blocks` blocks of cuda::block_threads threads (Context::launch_blocks).
+template <class... Params, class... Args>
+void run_blocks(int blocks, void (*kernel)(Params...), Args... args) {
+  gridDim.x = unsigned(blocks);
+  blockDim.x = unsigned(cuda::block_threads);
+  for (int b = 0; b < blocks; ++b) {
+    std::barrier<> block(cuda::block_threads);
+    this_block = &block;
+    auto warps = std::make_unique<HostWarp[]>(std::size_t(cuda::block_threads / 32));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < cuda::block_threads; ++t)
+      threads.emplace_back([&, t] {
+        threadIdx.x = unsigned(t);
+        blockIdx.x = unsigned(b);
+        this_warp = &warps[std::size_t(t / 32)];
+        kernel(Params(args)...);
+        block.arrive_and_drop();
+      });
+    for (auto& thread : threads) thread.join();
+  }
+}
+// `kernel` over n threads' worth of work (Context::launch), on at most `max_blocks` blocks:
+// a small cap makes the grid-stride loops go round.
+template <class... Params, class... Args>
+void run_threads(std::int64_t n, int max_blocks, void (*kernel)(Params...), Args... args) {
+  if (n <= 0) return;
+  run_blocks(int(std::min<std::int64_t>((n + cuda::block_threads - 1) / cuda::block_threads, max_blocks)), kernel, args...);
+}
+
+double largest_difference(std::vector<float> const& a, std::vector<float> const& b, double& largest) {
+  double worst = 0.0;
+  largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+    largest = std::max(largest, double(std::abs(b[i])));
+  }
+  return worst;
+}
+}  // namespace
+
+// The device's launches as nn/layer_norm_cuda.hpp makes them: a warp per column, a block per
+// 32 rows. 70 rows: two full blocks of rows and one of 6; 37 columns over at most 2 blocks of
+// 8 warps, so the warps' loop goes round three times.
+TEST_CASE("LayerNorm's device kernels, on the CPU in warps and blocks: the CPU's statistics, output and gradients") {
+  int const rows = 70, cols = 37;
+  float const epsilon = 1e-5f;
+  Rng rng(5);
+  auto const x = random_floats(rng, std::size_t(rows) * cols), dy = random_floats(rng, x.size());
+  auto gamma = random_floats(rng, rows), beta = random_floats(rng, rows);
+  for (float& g : gamma) g += 1.0f;
+  auto const start = random_floats(rng, 2 * std::size_t(rows));  // gradients already there, for accumulate
+
+  std::vector<float> y(x.size()), mean(cols), rstd(cols), cpu_y(x.size()), cpu_mean(cols), cpu_rstd(cols);
+  run_threads(std::int64_t(cols) * 32, 2, strata_layer_norm_forward, x.data(), y.data(), gamma.data(), beta.data(),
+              mean.data(), rstd.data(), rows, (long long)cols, epsilon);
+  nn::LayerNormViews const cpu_views{gamma.data(), beta.data(), {cpu_mean.data(), 1, cols}, {cpu_rstd.data(), 1, cols}};
+  nn::LayerNormMath<CpuBackend>::forward(ConstMatrixView{x.data(), rows, cols}, MatrixView{cpu_y.data(), rows, cols}, cpu_views,
+                                         epsilon);
+  double largest = 0.0;
+  CHECK(largest_difference(mean, cpu_mean, largest) <= 1e-6 * largest);
+  CHECK(largest_difference(rstd, cpu_rstd, largest) <= 1e-6 * largest);
+  CHECK(largest_difference(y, cpu_y, largest) <= 1e-6 * largest);
+  CHECK(largest > 0.5);
+
+  for (bool const accumulate : {false, true}) {
+    CAPTURE(accumulate);
+    std::vector<float> dx(x.size()), grads(start), cpu_dx(x.size()), cpu_grads(start);
+    if (!accumulate) std::fill(grads.begin(), grads.end(), std::numeric_limits<float>::quiet_NaN());  // all written
+    run_blocks((rows + 31) / 32, strata_layer_norm_backward_parameters, x.data(), dy.data(), mean.data(), rstd.data(),
+               grads.data(), grads.data() + rows, rows, (long long)cols, int(accumulate));
+    run_threads(std::int64_t(cols) * 32, 2, strata_layer_norm_backward_input, x.data(), dy.data(), dx.data(),
+                gamma.data(), mean.data(), rstd.data(), rows, (long long)cols);
+    nn::LayerNormMath<CpuBackend>::backward(ConstMatrixView{x.data(), rows, cols}, ConstMatrixView{dy.data(), rows, cols},
+                                            MatrixView{cpu_dx.data(), rows, cols}, cpu_views, cpu_grads.data(),
+                                            cpu_grads.data() + rows, accumulate);
+    CHECK(largest_difference(dx, cpu_dx, largest) <= 1e-6 * largest);
+    CHECK(largest > 0.1);
+    CHECK(std::none_of(grads.begin(), grads.end(), [](float g) { return std::isnan(g); }));
+    CHECK(largest_difference(grads, cpu_grads, largest) <= 1e-5 * largest);  // float sums, in another order
+    CHECK(largest > 0.5);
+  }
 }

@@ -9,7 +9,8 @@
 // block per 32 rows: each warp adds every eighth column in order, then one thread per row
 // adds the 8 warps' sums in order. Every sum has a fixed order: a run repeats bit for bit.
 // (One thread per column, and per row, used 8 and 2 of an H200's 132 multiprocessors and
-// made LayerNorm half of BERT's training step.)
+// made LayerNorm half of BERT's training step.) tests/test_kernels_on_host.cpp runs this
+// text on the CPU, with a thread per device thread, against LayerNormMath<CpuBackend>.
 
 #include <array>
 #include <cstddef>
@@ -22,7 +23,7 @@
 namespace strata::nn {
 
 namespace detail {
-inline constexpr char const layer_norm_source[] = R"(
+inline constexpr char const layer_norm_body[] = R"CUDA(
 // The sum of v over the warp's 32 lanes, the same in every lane (a + b == b + a, so each
 // pair adds to one value at each of the 5 steps).
 __device__ __forceinline__ double warp_sum(double v) {
@@ -110,12 +111,12 @@ extern "C" __global__ void strata_layer_norm_backward_parameters(const float* x,
     dbeta[i] = accumulate ? dbeta[i] + b : b;
   }
 }
-)";
+)CUDA";
 inline constexpr std::array<char const*, 3> layer_norm_kernel_names = {
     "strata_layer_norm_forward", "strata_layer_norm_backward_input", "strata_layer_norm_backward_parameters"};
 }  // namespace detail
 
-inline constexpr cuda::KernelModule layer_norm_kernels{"LayerNorm", detail::layer_norm_source,
+inline constexpr cuda::KernelModule layer_norm_kernels{"LayerNorm", detail::layer_norm_body,
                                                        detail::layer_norm_kernel_names};
 
 template <>
