@@ -40,13 +40,11 @@ inline int atomicMin(int* at, int value) {
   *at = std::min(old, value);
   return old;
 }
-#include "attention_body.inc"
-#include "embedding_body.inc"
-
-// LayerNorm's kernels work in warps and blocks: there each device thread is a std::thread.
-// Blocks run one after another, so a __shared__ array (a static here) is the running
-// block's; __syncthreads is the block's barrier and a shuffle is the warp's, so a kernel whose
-// lanes do not meet at every shuffle hangs here as it would misbehave there.
+// Kernels that work in warps and blocks (LayerNorm's, attention's softmax) need more than
+// one thread: there each device thread is a std::thread. Blocks run one after another, so a
+// __shared__ array (a static here) is the running block's; __syncthreads is the block's
+// barrier and a shuffle the warp's, so a kernel whose lanes do not meet at every shuffle
+// hangs here as it would misbehave there.
 namespace {
 struct HostDim3 {
   unsigned x = 0;
@@ -60,21 +58,64 @@ struct HostWarp {
 thread_local HostWarp* this_warp = nullptr;
 std::barrier<>* this_block = nullptr;
 void __syncthreads() { this_block->arrive_and_wait(); }
-double __shfl_xor_sync(unsigned, double v, int lane_mask) {
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   unsigned const lane = threadIdx.x & 31u;
-  this_warp->values[lane] = v;
+  this_warp->values[lane] = double(v);
   this_warp->meet.arrive_and_wait();
-  double const other = this_warp->values[lane ^ unsigned(lane_mask)];
+  T const other = T(this_warp->values[lane ^ unsigned(lane_mask)]);
   this_warp->meet.arrive_and_wait();  // every lane has read before any writes again
   return other;
 }
 }  // namespace
 #undef __shared__
 #define __shared__ static
+#include "warp_body.inc"
+#include "attention_body.inc"
+#include "embedding_body.inc"
 #include "layer_norm_body.inc"
 #undef __shared__
 
+
 namespace {
+// `kernel` on `blocks` blocks of cuda::block_threads threads (Context::launch_blocks).
+template <class... Params, class... Args>
+void run_blocks(int blocks, void (*kernel)(Params...), Args... args) {
+  gridDim.x = unsigned(blocks);
+  blockDim.x = unsigned(cuda::block_threads);
+  for (int b = 0; b < blocks; ++b) {
+    std::barrier<> block(cuda::block_threads);
+    this_block = &block;
+    auto warps = std::make_unique<HostWarp[]>(std::size_t(cuda::block_threads / 32));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < cuda::block_threads; ++t)
+      threads.emplace_back([&, t] {
+        threadIdx.x = unsigned(t);
+        blockIdx.x = unsigned(b);
+        this_warp = &warps[std::size_t(t / 32)];
+        kernel(Params(args)...);
+        block.arrive_and_drop();
+      });
+    for (auto& thread : threads) thread.join();
+  }
+}
+// `kernel` over n threads' worth of work (Context::launch), on at most `max_blocks` blocks:
+// a small cap makes the grid-stride loops go round.
+template <class... Params, class... Args>
+void run_threads(std::int64_t n, int max_blocks, void (*kernel)(Params...), Args... args) {
+  if (n <= 0) return;
+  run_blocks(int(std::min<std::int64_t>((n + cuda::block_threads - 1) / cuda::block_threads, max_blocks)), kernel, args...);
+}
+
+double largest_difference(std::vector<float> const& a, std::vector<float> const& b, double& largest) {
+  double worst = 0.0;
+  largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+    largest = std::max(largest, double(std::abs(b[i])));
+  }
+  return worst;
+}
 
 // cuBLAS's strided-batched GEMM, column-major, summed in double.
 struct HostExecutor {
@@ -93,12 +134,14 @@ struct HostExecutor {
           out = float(alpha * sum + (beta == 0.0f ? 0.0 : double(beta) * out));
         }
   }
+  // The softmax kernels work a warp per column: over n threads, in warps, on a capped
+  // grid (so that their loop goes round); the others in one thread.
   template <nn::AttentionKernel K, class... Args>
-  void launch(long long, Args... args) {
-    if constexpr (K == nn::attention_softmax) strata_attention_softmax(args...);
+  void launch(long long n, Args... args) {
+    if constexpr (K == nn::attention_softmax) run_threads(n, 2, strata_attention_softmax, args...);
     else if constexpr (K == nn::attention_dropout) strata_attention_dropout(args...);
     else if constexpr (K == nn::attention_masked) strata_attention_masked(args...);
-    else if constexpr (K == nn::attention_softmax_backward) strata_attention_softmax_backward(args...);
+    else if constexpr (K == nn::attention_softmax_backward) run_threads(n, 2, strata_attention_softmax_backward, args...);
     else strata_attention_fill(args...);
   }
 };
@@ -111,10 +154,12 @@ std::vector<float> random_floats(Rng& rng, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("SelfAttention's device steps, on the CPU: the packed CPU math at the tokens, zeros at the padding") {
-  int const hidden = 8, heads = 2, L = 6, samples = 3;
+namespace {
+// SelfAttention on the device's steps and kernels against the CPU's packed math, for
+// sequences of length L (3 samples, of `lengths` tokens).
+void check_attention(int const L, std::vector<float> const& lengths) {
+  int const hidden = 8, heads = 2, samples = 3;
   std::int64_t const first_sample = 5;
-  std::vector<float> const lengths = {4, 6, 2};
   Rng rng(3);
   auto const q = random_floats(rng, hidden * L * samples), k = random_floats(rng, hidden * L * samples),
              v = random_floats(rng, hidden * L * samples);
@@ -181,6 +226,15 @@ TEST_CASE("SelfAttention's device steps, on the CPU: the packed CPU math at the 
   }
 }
 
+}  // namespace
+
+// Length 6: a query column shorter than a warp; 40: longer (a lane takes two keys), with a
+// sample of 33 tokens, one past a warp.
+TEST_CASE("SelfAttention's device steps, on the CPU: the packed CPU math at the tokens, zeros at the padding") {
+  SUBCASE("length 6") { check_attention(6, {4, 6, 2}); }
+  SUBCASE("length 40") { check_attention(40, {33, 40, 7}); }
+}
+
 TEST_CASE("Embedding's and Bert's device kernels, on the CPU: the CPU's lookup and sums, bit for bit, and the first bad id") {
   int const vocab = 11, hidden = 5, L = 4, samples = 3, pad_id = 0;
   std::vector<float> ids = {2, 7, 3, 0, 2, 9, 9, 3, 2, 3, 0, 0};
@@ -232,46 +286,6 @@ TEST_CASE("Embedding's and Bert's device kernels, on the CPU: the CPU's lookup a
   CHECK(bad == 5);  // the first, in token order
 }
 
-namespace {
-// `kernel` on `blocks` blocks of cuda::block_threads threads (Context::launch_blocks).
-template <class... Params, class... Args>
-void run_blocks(int blocks, void (*kernel)(Params...), Args... args) {
-  gridDim.x = unsigned(blocks);
-  blockDim.x = unsigned(cuda::block_threads);
-  for (int b = 0; b < blocks; ++b) {
-    std::barrier<> block(cuda::block_threads);
-    this_block = &block;
-    auto warps = std::make_unique<HostWarp[]>(std::size_t(cuda::block_threads / 32));
-    std::vector<std::thread> threads;
-    for (int t = 0; t < cuda::block_threads; ++t)
-      threads.emplace_back([&, t] {
-        threadIdx.x = unsigned(t);
-        blockIdx.x = unsigned(b);
-        this_warp = &warps[std::size_t(t / 32)];
-        kernel(Params(args)...);
-        block.arrive_and_drop();
-      });
-    for (auto& thread : threads) thread.join();
-  }
-}
-// `kernel` over n threads' worth of work (Context::launch), on at most `max_blocks` blocks:
-// a small cap makes the grid-stride loops go round.
-template <class... Params, class... Args>
-void run_threads(std::int64_t n, int max_blocks, void (*kernel)(Params...), Args... args) {
-  if (n <= 0) return;
-  run_blocks(int(std::min<std::int64_t>((n + cuda::block_threads - 1) / cuda::block_threads, max_blocks)), kernel, args...);
-}
-
-double largest_difference(std::vector<float> const& a, std::vector<float> const& b, double& largest) {
-  double worst = 0.0;
-  largest = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, double(std::abs(a[i] - b[i])));
-    largest = std::max(largest, double(std::abs(b[i])));
-  }
-  return worst;
-}
-}  // namespace
 
 // The device's launches as nn/layer_norm_cuda.hpp makes them: a warp per column, a block per
 // 32 rows. 70 rows: two full blocks of rows and one of 6; 37 columns over at most 2 blocks of

@@ -99,6 +99,32 @@ __device__ double block_sum(double mine) {
 }
 )CUDA";
 
+// What a module whose kernels work a warp per column adds after the prelude (LayerNorm's,
+// SelfAttention's softmax): the warps' grid-stride loop and sums over a warp's lanes in a
+// fixed butterfly. tests/test_kernels_on_host.cpp runs this text on the CPU too.
+inline constexpr char const warp_body[] = R"CUDA(
+// Column j of the warps' grid-stride loop. Blocks are whole warps, so the 32 lanes of a warp
+// take the same columns and meet at every shuffle.
+#define WARP_LOOP(j, n)                                                                                 \
+  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; j < (n);                  \
+       j += (long long)gridDim.x * blockDim.x / 32)
+
+// The sum (the largest) of v over the warp's 32 lanes, the same in every lane: a + b == b + a,
+// so the two lanes of each pair form one value at each of the 5 steps.
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+)CUDA";
+
 // The texts joined into one, at compile time: a module's source after the prelude.
 template <std::size_t... N>
 constexpr auto join_sources(char const (&... parts)[N]) {

@@ -28,24 +28,27 @@ __device__ __forceinline__ i64 block_of(i64 s, int heads, int h, int L) { return
 __device__ __forceinline__ int tokens_of(const float* lengths, i64 s, int L) { return lengths ? int(lengths[s]) : L; }
 
 // Softmax over the first n keys of each query column j < n of head h (scores scaled
-// first); the masked keys and the padding's query columns become 0. One thread per column.
+// first); the masked keys and the padding's query columns become 0. A warp per column: its
+// lanes take every 32nd key and meet in warp_max and warp_sum.
 extern "C" __global__ void strata_attention_softmax(float* p, const float* lengths, int heads, int h, int L, i64 samples,
                                                     float scale) {
-  GRID_LOOP(c, samples * L) {
+  const int lane = threadIdx.x & 31;
+  WARP_LOOP(c, samples * L) {
     i64 s = c / L;
     int j = int(c - s * L), n = tokens_of(lengths, s, L);
     float* col = p + block_of(s, heads, h, L) + i64(j) * L;
     if (j >= n) {
-      for (int i = 0; i < L; ++i) col[i] = 0.0f;
+      for (int i = lane; i < L; i += 32) col[i] = 0.0f;
       continue;
     }
     float top = -__int_as_float(0x7f800000);  // -infinity
-    for (int i = 0; i < n; ++i) top = fmaxf(top, col[i] * scale);
+    for (int i = lane; i < n; i += 32) top = fmaxf(top, col[i] * scale);
+    top = warp_max(top);
     float sum = 0.0f;
-    for (int i = 0; i < n; ++i) sum += (col[i] = expf(col[i] * scale - top));
-    float inverse = 1.0f / sum;
-    for (int i = 0; i < n; ++i) col[i] *= inverse;
-    for (int i = n; i < L; ++i) col[i] = 0.0f;
+    for (int i = lane; i < n; i += 32) sum += (col[i] = expf(col[i] * scale - top));
+    float inverse = 1.0f / warp_sum(sum);
+    for (int i = lane; i < n; i += 32) col[i] *= inverse;
+    for (int i = n + lane; i < L; i += 32) col[i] = 0.0f;
   }
 }
 
@@ -79,17 +82,19 @@ extern "C" __global__ void strata_attention_masked(const float* p, const float* 
 }
 
 // Softmax backward in place on work (the gradient of head h's probabilities), then the
-// 1/sqrt(d): g_i = p_i (g_i - sum_k p_k g_k) * scale. One thread per query column.
+// 1/sqrt(d): g_i = p_i (g_i - sum_k p_k g_k) * scale. A warp per query column.
 extern "C" __global__ void strata_attention_softmax_backward(const float* p, float* work, int heads, int h, int L,
                                                              i64 samples, float scale) {
-  GRID_LOOP(c, samples * L) {
+  const int lane = threadIdx.x & 31;
+  WARP_LOOP(c, samples * L) {
     i64 s = c / L;
     int j = int(c - s * L);
     const float* pc = p + block_of(s, heads, h, L) + i64(j) * L;
     float* g = work + s * L * L + i64(j) * L;
     float dot = 0.0f;
-    for (int i = 0; i < L; ++i) dot += pc[i] * g[i];
-    for (int i = 0; i < L; ++i) g[i] = pc[i] * (g[i] - dot) * scale;
+    for (int i = lane; i < L; i += 32) dot += pc[i] * g[i];
+    dot = warp_sum(dot);
+    for (int i = lane; i < L; i += 32) g[i] = pc[i] * (g[i] - dot) * scale;
   }
 }
 
@@ -98,7 +103,7 @@ extern "C" __global__ void strata_attention_fill(float* lengths, i64 samples, fl
   GRID_LOOP(s, samples) lengths[s] = value;
 }
 )CUDA";
-inline constexpr auto attention_source = cuda::join_sources(cuda::device_prelude, attention_body);
+inline constexpr auto attention_source = cuda::join_sources(cuda::device_prelude, cuda::warp_body, attention_body);
 inline constexpr std::array<char const*, 5> attention_kernel_names = {
     "strata_attention_softmax", "strata_attention_dropout", "strata_attention_masked",
     "strata_attention_softmax_backward", "strata_attention_fill"};
@@ -119,6 +124,7 @@ using StridedFloats = cuda::Context::Strided;
 template <class E>
 struct AttentionSteps {
   using Strided = StridedFloats;
+  static constexpr long long warp_per_query = 32;  // the softmax kernels' threads per query column
 
   static void forward(E& e, AttentionViews const& a, float const* lengths, int samples, float dropout, bool training,
                       std::uint64_t seed, std::int64_t first_sample) {
@@ -132,7 +138,7 @@ struct AttentionSteps {
       // Scores: keys x queries, K_h^T Q_h per sample.
       e.gemm_batched(true, false, L, L, d, 1.0f, Strided{a.k.data + head, H, hidden_stride},
                      Strided{a.q.data + head, H, hidden_stride}, 0.0f, p, L, sample_blocks, samples);
-      e.template launch<attention_softmax>((long long)samples * L, a.probabilities.data, lengths, a.heads, h, L,
+      e.template launch<attention_softmax>(warp_per_query * samples * L, a.probabilities.data, lengths, a.heads, h, L,
                                            (long long)samples, scale);
       Strided probabilities{p, L, sample_blocks};
       if (drop) {
@@ -169,8 +175,8 @@ struct AttentionSteps {
       if (dropped)
         e.template launch<attention_masked>((long long)samples * block, probabilities, mask, a.work.data, a.heads, h, L,
                                             (long long)samples, 1);
-      e.template launch<attention_softmax_backward>((long long)samples * L, probabilities, a.work.data, a.heads, h, L,
-                                                    (long long)samples, scale);
+      e.template launch<attention_softmax_backward>(warp_per_query * samples * L, probabilities, a.work.data, a.heads,
+                                                    h, L, (long long)samples, scale);
       // dQ_h = K_h W, dK_h = Q_h W^T.
       Strided const w{a.work.data, L, block};
       e.gemm_batched(false, false, d, L, L, 1.0f, Strided{a.k.data + head, H, hidden_stride}, w, 0.0f, dq.data + head,

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "strata/cuda/backend.hpp"
+#include "strata/cuda/kernel_source.hpp"
 #include "strata/cuda/kernels.hpp"
 #include "strata/nn/layer_norm.hpp"
 
@@ -24,18 +25,6 @@ namespace strata::nn {
 
 namespace detail {
 inline constexpr char const layer_norm_body[] = R"CUDA(
-// The sum of v over the warp's 32 lanes, the same in every lane (a + b == b + a, so each
-// pair adds to one value at each of the 5 steps).
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
-// Column j of the warps' grid-stride loop (blocks are whole warps, so all 32 lanes of a
-// warp take the same columns and meet at every shuffle).
-#define WARP_LOOP(j, n)                                                                                 \
-  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; j < (n);                  \
-       j += (long long)gridDim.x * blockDim.x / 32)
-
 extern "C" __global__ void strata_layer_norm_forward(const float* x, float* y, const float* gamma, const float* beta,
                                                      float* mean_out, float* rstd_out, int rows, long long cols,
                                                      float epsilon) {
@@ -112,11 +101,12 @@ extern "C" __global__ void strata_layer_norm_backward_parameters(const float* x,
   }
 }
 )CUDA";
+inline constexpr auto layer_norm_source = cuda::join_sources(cuda::device_prelude, cuda::warp_body, layer_norm_body);
 inline constexpr std::array<char const*, 3> layer_norm_kernel_names = {
     "strata_layer_norm_forward", "strata_layer_norm_backward_input", "strata_layer_norm_backward_parameters"};
 }  // namespace detail
 
-inline constexpr cuda::KernelModule layer_norm_kernels{"LayerNorm", detail::layer_norm_body,
+inline constexpr cuda::KernelModule layer_norm_kernels{"LayerNorm", cuda::source_text(detail::layer_norm_source),
                                                        detail::layer_norm_kernel_names};
 
 template <>
