@@ -333,7 +333,8 @@ TEST_CASE_TEMPLATE("gpu: every layer and optimizer trains as on the CPU (same we
   if constexpr (std::is_same_v<Opt, Sgd>) optimizer = Sgd{.lr = 0.05f, .momentum = 0.9f, .nesterov = true};
   // A schedule that spans the run's 6 steps, so that every step's rate differs (CosineDecay's
   // default, decay_steps 1, would leave one step at a rate above zero).
-  if constexpr (std::is_same_v<Opt, ScheduledAdam>) optimizer.schedule = {.decay_steps = 6, .alpha = 0.1f, .warmup_steps = 1};
+  if constexpr (std::is_same_v<Opt, ScheduledAdam>)
+    optimizer.schedule = {.decay_steps = 6, .alpha = 0.1f, .warmup_steps = 1};
   auto const cpu = train_copy<OneDevice>(model, optimizer, 2);
   auto const gpu = train_copy<OneDevice, Cuda>(model, optimizer, 2);
   CHECK(max_difference(cpu, gpu) < 2e-4);
@@ -350,7 +351,8 @@ std::vector<float> train_fresh(std::uint64_t seed, int samples, int batch_size) 
               {.epochs = 2, .batch_size = batch_size, .seed = 3});
   return {model.parameters().begin(), model.parameters().end()};
 }
-using Normed = Sequential<Dense<20, 32>, LayerNorm, Residual<Sequential<Dense<32, 48>, Gelu, Dense<48, 32>>>, Dense<32, 5>>;
+using Normed =
+    Sequential<Dense<20, 32>, LayerNorm, Residual<Sequential<Dense<32, 48>, Gelu, Dense<48, 32>>>, Dense<32, 5>>;
 // 40 features: one full block of 32 rows and a part-filled one for the gradients of gamma
 // and beta; hundreds of columns, many blocks of warps; GradAccum adds to those gradients.
 using Normed40 = Sequential<Dense<20, 40>, LayerNorm, Dense<40, 5>>;

@@ -52,8 +52,8 @@ struct HostDim3 {
 thread_local HostDim3 threadIdx, blockIdx;
 HostDim3 blockDim, gridDim;
 struct HostWarp {
-  std::barrier<> meet{32};
-  double values[32]{};
+  std::barrier<> meet{cuda::warp_threads};
+  double values[cuda::warp_threads]{};
 };
 thread_local HostWarp* this_warp = nullptr;
 std::barrier<>* this_block = nullptr;
@@ -86,13 +86,13 @@ void run_blocks(int blocks, void (*kernel)(Params...), Args... args) {
   for (int b = 0; b < blocks; ++b) {
     std::barrier<> block(cuda::block_threads);
     this_block = &block;
-    auto warps = std::make_unique<HostWarp[]>(std::size_t(cuda::block_threads / 32));
+    auto warps = std::make_unique<HostWarp[]>(std::size_t(cuda::block_threads / cuda::warp_threads));
     std::vector<std::thread> threads;
     for (int t = 0; t < cuda::block_threads; ++t)
       threads.emplace_back([&, t] {
         threadIdx.x = unsigned(t);
         blockIdx.x = unsigned(b);
-        this_warp = &warps[std::size_t(t / 32)];
+        this_warp = &warps[std::size_t(t / cuda::warp_threads)];
         kernel(Params(args)...);
         block.arrive_and_drop();
       });
@@ -104,17 +104,21 @@ void run_blocks(int blocks, void (*kernel)(Params...), Args... args) {
 template <class... Params, class... Args>
 void run_threads(std::int64_t n, int max_blocks, void (*kernel)(Params...), Args... args) {
   if (n <= 0) return;
-  run_blocks(int(std::min<std::int64_t>((n + cuda::block_threads - 1) / cuda::block_threads, max_blocks)), kernel, args...);
+  auto const blocks = std::min<std::int64_t>((n + cuda::block_threads - 1) / cuda::block_threads, max_blocks);
+  run_blocks(int(blocks), kernel, args...);
 }
 
-double largest_difference(std::vector<float> const& a, std::vector<float> const& b, double& largest) {
-  double worst = 0.0;
-  largest = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, double(std::abs(a[i] - b[i])));
-    largest = std::max(largest, double(std::abs(b[i])));
+// The largest |got - want| and the largest |want|, to bound the one by a share of the other.
+struct Difference {
+  double worst = 0.0, largest = 0.0;
+};
+Difference difference(std::vector<float> const& got, std::vector<float> const& want) {
+  Difference d;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    d.worst = std::max(d.worst, double(std::abs(got[i] - want[i])));
+    d.largest = std::max(d.largest, double(std::abs(want[i])));
   }
-  return worst;
+  return d;
 }
 
 // cuBLAS's strided-batched GEMM, column-major, summed in double.
@@ -141,7 +145,8 @@ struct HostExecutor {
     if constexpr (K == nn::attention_softmax) run_threads(n, 2, strata_attention_softmax, args...);
     else if constexpr (K == nn::attention_dropout) strata_attention_dropout(args...);
     else if constexpr (K == nn::attention_masked) strata_attention_masked(args...);
-    else if constexpr (K == nn::attention_softmax_backward) run_threads(n, 2, strata_attention_softmax_backward, args...);
+    else if constexpr (K == nn::attention_softmax_backward)
+      run_threads(n, 2, strata_attention_softmax_backward, args...);
     else strata_attention_fill(args...);
   }
 };
@@ -211,11 +216,7 @@ void check_attention(int const L, std::vector<float> const& lengths) {
                                             {cdv.data(), hidden, tokens}, drop);
     for (auto [device, cpu] : {std::pair{&c, &cc}, std::pair{&dq, &cdq}, std::pair{&dk, &cdk}, std::pair{&dv, &cdv}}) {
       auto const at_tokens = pack(*device);
-      double worst = 0.0, largest = 0.0;
-      for (std::size_t i = 0; i < at_tokens.size(); ++i) {
-        worst = std::max(worst, double(std::abs(at_tokens[i] - (*cpu)[i])));
-        largest = std::max(largest, double(std::abs((*cpu)[i])));
-      }
+      auto const [worst, largest] = difference(at_tokens, *cpu);
       CHECK(largest > 1e-3);
       CHECK(worst <= 1e-6 * largest);  // float rounding only (the GEMM here sums in double)
       for (int s = 0; s < samples; ++s)
@@ -300,16 +301,19 @@ TEST_CASE("LayerNorm's device kernels, on the CPU in warps and blocks: the CPU's
   auto const start = random_floats(rng, 2 * std::size_t(rows));  // gradients already there, for accumulate
 
   std::vector<float> y(x.size()), mean(cols), rstd(cols), cpu_y(x.size()), cpu_mean(cols), cpu_rstd(cols);
-  run_threads(std::int64_t(cols) * 32, 2, strata_layer_norm_forward, x.data(), y.data(), gamma.data(), beta.data(),
-              mean.data(), rstd.data(), rows, (long long)cols, epsilon);
+  std::int64_t const warp_per_column = std::int64_t(cols) * cuda::warp_threads;  // the device's launch
+  run_threads(warp_per_column, 2, strata_layer_norm_forward, x.data(), y.data(), gamma.data(), beta.data(), mean.data(),
+              rstd.data(), rows, (long long)cols, epsilon);
   nn::LayerNormViews const cpu_views{gamma.data(), beta.data(), {cpu_mean.data(), 1, cols}, {cpu_rstd.data(), 1, cols}};
-  nn::LayerNormMath<CpuBackend>::forward(ConstMatrixView{x.data(), rows, cols}, MatrixView{cpu_y.data(), rows, cols}, cpu_views,
-                                         epsilon);
-  double largest = 0.0;
-  CHECK(largest_difference(mean, cpu_mean, largest) <= 1e-6 * largest);
-  CHECK(largest_difference(rstd, cpu_rstd, largest) <= 1e-6 * largest);
-  CHECK(largest_difference(y, cpu_y, largest) <= 1e-6 * largest);
-  CHECK(largest > 0.5);
+  ConstMatrixView const x_view{x.data(), rows, cols}, dy_view{dy.data(), rows, cols};
+  nn::LayerNormMath<CpuBackend>::forward(x_view, MatrixView{cpu_y.data(), rows, cols}, cpu_views, epsilon);
+  for (auto const& [got, want] : {std::pair{&mean, &cpu_mean}, std::pair{&rstd, &cpu_rstd}}) {
+    auto const d = difference(*got, *want);
+    CHECK(d.worst <= 1e-6 * d.largest);
+  }
+  auto const output = difference(y, cpu_y);
+  CHECK(output.worst <= 1e-6 * output.largest);
+  CHECK(output.largest > 0.5);
 
   for (bool const accumulate : {false, true}) {
     CAPTURE(accumulate);
@@ -317,15 +321,16 @@ TEST_CASE("LayerNorm's device kernels, on the CPU in warps and blocks: the CPU's
     if (!accumulate) std::fill(grads.begin(), grads.end(), std::numeric_limits<float>::quiet_NaN());  // all written
     run_blocks((rows + 31) / 32, strata_layer_norm_backward_parameters, x.data(), dy.data(), mean.data(), rstd.data(),
                grads.data(), grads.data() + rows, rows, (long long)cols, int(accumulate));
-    run_threads(std::int64_t(cols) * 32, 2, strata_layer_norm_backward_input, x.data(), dy.data(), dx.data(),
-                gamma.data(), mean.data(), rstd.data(), rows, (long long)cols);
-    nn::LayerNormMath<CpuBackend>::backward(ConstMatrixView{x.data(), rows, cols}, ConstMatrixView{dy.data(), rows, cols},
-                                            MatrixView{cpu_dx.data(), rows, cols}, cpu_views, cpu_grads.data(),
-                                            cpu_grads.data() + rows, accumulate);
-    CHECK(largest_difference(dx, cpu_dx, largest) <= 1e-6 * largest);
-    CHECK(largest > 0.1);
+    run_threads(warp_per_column, 2, strata_layer_norm_backward_input, x.data(), dy.data(), dx.data(), gamma.data(),
+                mean.data(), rstd.data(), rows, (long long)cols);
+    nn::LayerNormMath<CpuBackend>::backward(x_view, dy_view, MatrixView{cpu_dx.data(), rows, cols}, cpu_views,
+                                            cpu_grads.data(), cpu_grads.data() + rows, accumulate);
+    auto const input = difference(dx, cpu_dx);
+    CHECK(input.worst <= 1e-6 * input.largest);
+    CHECK(input.largest > 0.1);
     CHECK(std::none_of(grads.begin(), grads.end(), [](float g) { return std::isnan(g); }));
-    CHECK(largest_difference(grads, cpu_grads, largest) <= 1e-5 * largest);  // float sums, in another order
-    CHECK(largest > 0.5);
+    auto const parameters = difference(grads, cpu_grads);
+    CHECK(parameters.worst <= 1e-5 * parameters.largest);  // float sums, in another order
+    CHECK(parameters.largest > 0.5);
   }
 }

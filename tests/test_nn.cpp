@@ -235,7 +235,8 @@ TEST_CASE("LayerNorm and Residual name their parameters for checkpoints and chec
   std::vector<Reads> reads;
   for (auto const& t : tensors) reads.push_back(t.read_transposed);
   CHECK(reads == std::vector<Reads>{Reads::never, Reads::possible, Reads::possible, Reads::possible, Reads::possible,
-                                    Reads::possible, Reads::possible, Reads::possible, Reads::possible, Reads::possible});
+                                    Reads::possible, Reads::possible, Reads::possible, Reads::possible,
+                                    Reads::possible});
   using BlockFirst = Sequential<Residual<Sequential<Dense<6, 3>, Relu, Dense<3, 6>>>, Dense<6, 2>>;
   reads.clear();
   for (auto const& t : BlockFirst::parameter_tensors()) reads.push_back(t.read_transposed);

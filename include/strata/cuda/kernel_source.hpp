@@ -36,6 +36,8 @@ inline constexpr int block_threads = 256;
 // Blocks of sum_squares and a layer-wise optimizer's moments: their partials are summed by
 // one block of sum_doubles.
 inline constexpr int sum_blocks = 256;
+// Threads of a warp: a module of warp_body's kernels launches this many per column.
+inline constexpr int warp_threads = 32;
 // Logical replicas whose gradients reduce_replicas sums in one launch.
 inline constexpr int max_peers = 16;
 

@@ -124,7 +124,7 @@ using StridedFloats = cuda::Context::Strided;
 template <class E>
 struct AttentionSteps {
   using Strided = StridedFloats;
-  static constexpr long long warp_per_query = 32;  // the softmax kernels' threads per query column
+  static constexpr long long warp_per_query = cuda::warp_threads;  // the softmax kernels' threads per query column
 
   static void forward(E& e, AttentionViews const& a, float const* lengths, int samples, float dropout, bool training,
                       std::uint64_t seed, std::int64_t first_sample) {

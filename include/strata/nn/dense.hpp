@@ -26,7 +26,8 @@ struct Dense {
   static constexpr char const* kind = "dense";
   static constexpr BackwardReads backward_reads{.input = true, .output = false};  // dW = dy x^T
   static std::vector<ParameterTensor> parameter_tensors(int) {
-    return {{"kernel", {In, Out}, 0, /*read_by_products_only=*/true, ParameterTensor::TransposedReads::for_input_gradient},
+    using enum ParameterTensor::TransposedReads;
+    return {{"kernel", {In, Out}, 0, /*read_by_products_only=*/true, for_input_gradient},
             {"bias", {Out}, std::size_t(In) * Out}};
   }
 

@@ -130,7 +130,7 @@ struct LayerNormMath<CudaBackend> {
   }
 
  private:
-  static std::int64_t warp_per_column(ConstMatrixView x) { return std::int64_t(x.cols) * 32; }
+  static std::int64_t warp_per_column(ConstMatrixView x) { return std::int64_t(x.cols) * cuda::warp_threads; }
 };
 
 }  // namespace strata::nn

@@ -152,7 +152,8 @@ class ReplicaWeights<policy::Cpu, T> {
           range.packed_only = t.read_transposed == nn::ParameterTensor::TransposedReads::never;
           packed_size += bf16_gemm::packed_a_size(range.rows, range.cols);
           if (range.packed_only)
-            std::fill(halves_.data() + range.begin, halves_.data() + range.end, bf16(std::numeric_limits<float>::quiet_NaN()));
+            std::fill(halves_.data() + range.begin, halves_.data() + range.end,
+                      bf16(std::numeric_limits<float>::quiet_NaN()));
         }
         products_only_.push_back(range);
       }
