@@ -451,6 +451,46 @@ TEST_CASE("EarlyStopping after a resume replays the history and stops after the 
   CHECK(weights(again) == weights(straight));
 }
 
+TEST_CASE("EarlyStopping restore_best_weights after a resume: the best epoch's weights where the backup holds them") {
+  // The training loss with "max" as the better direction: it falls every epoch, so epoch 0 is the best.
+  FitOptions const options{.epochs = 3, .batch_size = 40, .seed = 3};
+  auto early = [] {
+    return EarlyStopping{.monitor = "loss", .patience = 10, .mode = EarlyStopping::Mode::max, .restore_best_weights = true};
+  };
+  Model straight = make_model(1);
+  EarlyStopping reference = early();
+  History const h = Trainer<>().fit(straight, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options, reference);
+  REQUIRE(h["loss"][1] < h["loss"][0]);
+  REQUIRE(h["loss"][2] < h["loss"][1]);
+  REQUIRE(reference.restored_epoch == 0);
+  Model unrestored = make_model(1);  // the same run's last weights
+  Trainer<>().fit(unrestored, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options);
+  REQUIRE(weights(unrestored) != weights(straight));
+
+  for (int crash_epoch : {1, 2}) {  // 10 steps per epoch: the backup holds the end of epoch crash_epoch - 1
+    CAPTURE(crash_epoch);
+    TempDir dir;
+    BackupAndRestore backup{.directory = dir.path};
+    EarlyStopping first = early();
+    Model m = make_model(1);
+    CHECK_THROWS(Trainer<>().fit(m, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options, backup, first,
+                                 CrashAt{10 * crash_epoch + 5}));
+    EarlyStopping resumed = early();
+    Model again = make_model(2);
+    Trainer<>().fit(again, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options, backup, resumed);
+    REQUIRE(backup.restored);
+    CHECK(resumed.best_epoch == 0);
+    if (crash_epoch == 1) {  // restored at the end of the best epoch: its weights are in hand
+      CHECK(resumed.restored_epoch == 0);
+      CHECK(weights(again) == weights(straight));
+    } else {  // the best epoch lies before the restored one: its weights are gone, and it says so
+      CHECK(resumed.restored_epoch == -1);
+      CHECK(resumed.best_weights.empty());
+      CHECK(weights(again) == weights(unrestored));
+    }
+  }
+}
+
 TEST_CASE("BackupAndRestore refuses a backup of a run with other FitOptions, and changes nothing") {
   TempDir dir;
   BackupAndRestore backup{.directory = dir.path, .every_steps = 2, .delete_on_success = false};

@@ -206,6 +206,65 @@ TEST_CASE("EarlyStopping stops after `patience` epochs without improvement and n
   CHECK(h.epochs() == 2);
 }
 
+namespace {
+// The oracle for restore_best_weights: the weights at the end of every epoch, as fit hands them to callbacks.
+std::vector<float> all_weights(io::TrainingState const& state) {
+  std::vector<float> all;
+  for (io::StateTensor const& t : state.weights) all.insert(all.end(), t.values.begin(), t.values.end());
+  return all;
+}
+struct WeightsAtEpochEnd {
+  std::vector<std::vector<float>> epochs;
+  void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { epochs.push_back(all_weights(state)); }
+};
+
+// fit with EarlyStopping on the training loss with "max" as the better direction: the loss
+// falls every epoch, so epoch 0 is the best, whatever the arithmetic's last bits.
+template <class T>
+void check_restore_best_weights(bool restore, int patience, int epochs, int ran, int stopped) {
+  CAPTURE(restore);
+  CAPTURE(patience);
+  PlainModel model(3);
+  WeightsAtEpochEnd seen;
+  EarlyStopping early{.monitor = "loss", .patience = patience, .mode = EarlyStopping::Mode::max,
+                      .restore_best_weights = restore};
+  History const h = T().fit(model, Sgd{.lr = 0.05f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, fashion().take(200),
+                            {.epochs = epochs, .batch_size = 20}, seen, early);
+  REQUIRE(h.epochs() == ran);
+  for (int e = 1; e < ran; ++e) REQUIRE(h["loss"][std::size_t(e)] < h["loss"][std::size_t(e - 1)]);
+  CHECK(early.best_epoch == 0);
+  CHECK(early.stopped_epoch == stopped);
+  std::vector<float> const after = all_weights(io::training_state(model));
+  REQUIRE(seen.epochs.size() == std::size_t(ran));
+  CHECK(seen.epochs.front() != seen.epochs.back());
+  CHECK(after == (restore ? seen.epochs.front() : seen.epochs.back()));
+  CHECK(early.restored_epoch == (restore ? 0 : -1));
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("EarlyStopping restore_best_weights: the model ends fit with its best epoch's weights, "
+                   "stopped early or not", T, Trainer<>, Trainer<Mirrored<2>, MixedPrecision>) {
+  check_restore_best_weights<T>(true, 1, 5, 3, 2);    // stopped after epoch 2: epoch 0's weights
+  check_restore_best_weights<T>(true, 10, 3, 3, -1);  // ran every epoch: epoch 0's weights all the same (as Keras 3)
+  check_restore_best_weights<T>(false, 1, 5, 3, 2);   // off: the last epoch's
+}
+
+TEST_CASE("EarlyStopping restore_best_weights refuses weights kept for another model, and changes nothing") {
+  EarlyStopping early{.monitor = "loss", .restore_best_weights = true};
+  PlainModel small(1);
+  io::TrainingState const kept = io::training_state(small);
+  early.on_train_begin({});
+  early.on_epoch_end({.loss = 1.0}, kept);
+  REQUIRE(early.best_weights.size() == all_weights(kept).size());
+  Sequential<Dense<784, 16>, Relu, Dense<16, 10>> other(2);
+  io::TrainingState state = io::training_state(other);
+  std::vector<float> const before = all_weights(state);
+  CHECK_THROWS_WITH_AS(early.on_train_end(History{}, state),
+                       doctest::Contains("kept 25450 weights of epoch 0, but this model has 12730"), ConfigError);
+  CHECK(all_weights(state) == before);
+  CHECK(early.restored_epoch == -1);
+}
+
 TEST_CASE("CsvLogger writes a header and one row per epoch; ProgressBar prints Keras-style lines") {
   TempDir dir;
   auto path = dir.path / "log.csv";

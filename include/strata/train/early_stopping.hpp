@@ -1,9 +1,14 @@
 #pragma once
 // EarlyStopping: stops training when a monitored metric has not improved for `patience` epochs.
 //   strata::EarlyStopping{.monitor = "val_loss", .patience = 2}
+//   strata::EarlyStopping{.monitor = "val_loss", .patience = 2, .restore_best_weights = true}
+// With restore_best_weights the model ends fit with the weights of its best epoch, as Keras 3
+// does: whether training stopped early or ran all its epochs. It keeps one copy of the weights.
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/io/training_state.hpp"
@@ -19,41 +24,84 @@ struct EarlyStopping {
   int patience = 0;        // epochs without improvement tolerated before stopping
   double min_delta = 0.0;  // smaller changes do not count as improvement
   Mode mode = Mode::automatic;
+  // At the end of fit, the model takes the weights it had at the end of its best epoch.
+  bool restore_best_weights = false;
 
-  // Read after training: the best value seen and the 0-based epoch training stopped after (-1: it did not stop).
+  // Read after training: the best value seen, the 0-based epoch it was seen in, the epoch
+  // training stopped after (-1: it did not stop) and the epoch whose weights the model was
+  // given back (-1: none; see on_train_begin for a resumed run).
   double best = std::numeric_limits<double>::quiet_NaN();
+  int best_epoch = -1;
   int stopped_epoch = -1;
+  int restored_epoch = -1;
   int wait = 0;
+  // With restore_best_weights: the weights at the end of best_epoch, every tensor in turn (as
+  // Keras' best_weights); empty when they are not known (see on_train_begin).
+  std::vector<float> best_weights{};
 
   // A resumed run (BackupAndRestore listed before this callback) replays the restored
-  // history, so it stops after the same epoch as an uninterrupted run would.
+  // history, so it stops after the same epoch as an uninterrupted run would. A backup does
+  // not hold the best weights: if the best epoch is the last one the backup completed, the
+  // restored weights are its weights; if it lies further back, they are gone, and only a
+  // later epoch that does better gives the model weights to return (restored_epoch says).
   void on_train_begin(TrainBegin const&, io::TrainingState const& state = {}) {
     if (patience < 0) throw ConfigError(strata::detail::message("EarlyStopping: patience ", patience, " must be >= 0"));
     best = std::numeric_limits<double>::quiet_NaN();
-    stopped_epoch = -1;
+    best_epoch = stopped_epoch = restored_epoch = -1;
     wait = 0;
+    best_weights.clear();
+    int epochs = 0;
     if (auto const it = state.progress.history.find(monitor); it != state.progress.history.end())
-      for (double value : it->second) (void)observe(value);
+      for (double value : it->second) (void)observe(value, epochs++);
+    // Restored at the end of an epoch that was the best: the weights in hand are that epoch's.
+    if (restore_best_weights && best_epoch >= 0 && best_epoch == epochs - 1 && state.progress.batch == 0)
+      keep(state);
   }
 
-  bool on_epoch_end(EpochLogs const& logs) {
-    if (observe(monitored_value(logs, monitor, "EarlyStopping"))) {
-      stopped_epoch = logs.epoch;
-      return true;
+  bool on_epoch_end(EpochLogs const& logs, io::TrainingState const& state = {}) {
+    Observed const seen = observe(monitored_value(logs, monitor, "EarlyStopping"), logs.epoch);
+    if (seen.improved && restore_best_weights) keep(state);
+    if (seen.out_of_patience) stopped_epoch = logs.epoch;
+    return seen.out_of_patience;
+  }
+
+  // Gives the model the weights of the best epoch, where they were kept.
+  void on_train_end(History const&, io::TrainingState& state) {
+    if (!restore_best_weights || best_weights.empty()) return;
+    std::size_t floats = 0;
+    for (io::StateTensor const& t : state.weights) floats += t.values.size();
+    if (floats != best_weights.size())
+      throw ConfigError(strata::detail::message("EarlyStopping: kept ", best_weights.size(), " weights of epoch ",
+                                                best_epoch, ", but this model has ", floats,
+                                                "; use one EarlyStopping per run"));
+    std::size_t at = 0;
+    for (io::StateTensor const& t : state.weights) {
+      std::copy_n(best_weights.begin() + std::ptrdiff_t(at), t.values.size(), t.values.begin());
+      at += t.values.size();
     }
-    return false;
+    restored_epoch = best_epoch;
   }
 
  private:
-  // Takes one epoch's value; true when patience has run out.
-  bool observe(double value) {
-    bool const improved = improves(value, best, monitor, mode, min_delta);
-    if (improved) {
+  struct Observed {
+    bool improved = false, out_of_patience = false;
+  };
+  // Takes epoch `epoch`'s value.
+  Observed observe(double value, int epoch) {
+    if (improves(value, best, monitor, mode, min_delta)) {
       best = value;
+      best_epoch = epoch;
       wait = 0;
-      return false;
+      return {.improved = true};
     }
-    return ++wait > patience;
+    return {.out_of_patience = ++wait > patience};
+  }
+
+  // The weights in hand, those of best_epoch.
+  void keep(io::TrainingState const& state) {
+    best_weights.clear();
+    for (io::StateTensor const& t : state.weights)
+      best_weights.insert(best_weights.end(), t.values.begin(), t.values.end());
   }
 };
 
