@@ -451,7 +451,7 @@ TEST_CASE("EarlyStopping after a resume replays the history and stops after the 
   CHECK(weights(again) == weights(straight));
 }
 
-TEST_CASE("EarlyStopping restore_best_weights after a resume: the best epoch's weights where the backup holds them") {
+TEST_CASE("EarlyStopping restore_best_weights after a resume: the backup carries the best epoch's weights") {
   // The training loss with "max" as the better direction: it falls every epoch, so epoch 0 is the best.
   FitOptions const options{.epochs = 3, .batch_size = 40, .seed = 3};
   auto early = [] {
@@ -465,7 +465,7 @@ TEST_CASE("EarlyStopping restore_best_weights after a resume: the best epoch's w
   REQUIRE(reference.restored_epoch == 0);
   Model unrestored = make_model(1);  // the same run's last weights
   Trainer<>().fit(unrestored, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options);
-  REQUIRE(weights(unrestored) != weights(straight));
+  REQUIRE(weights(unrestored) != weights(straight));  // so that restoring shows
 
   for (int crash_epoch : {1, 2}) {  // 10 steps per epoch: the backup holds the end of epoch crash_epoch - 1
     CAPTURE(crash_epoch);
@@ -480,15 +480,29 @@ TEST_CASE("EarlyStopping restore_best_weights after a resume: the best epoch's w
     Trainer<>().fit(again, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options, backup, resumed);
     REQUIRE(backup.restored);
     CHECK(resumed.best_epoch == 0);
-    if (crash_epoch == 1) {  // restored at the end of the best epoch: its weights are in hand
-      CHECK(resumed.restored_epoch == 0);
-      CHECK(weights(again) == weights(straight));
-    } else {  // the best epoch lies before the restored one: its weights are gone, and it says so
-      CHECK(resumed.restored_epoch == -1);
-      CHECK(resumed.best_weights.empty());
-      CHECK(weights(again) == weights(unrestored));
-    }
+    // crash_epoch 1: the backup was written at the end of the best epoch, before the callback
+    // kept its weights: they are the restored weights. 2: the backup carries them.
+    CHECK(resumed.restored_epoch == 0);
+    CHECK(weights(again) == weights(straight));
   }
+  // A backup carries them as one tensor named by the epoch; a ModelCheckpoint of the same run does not.
+  TempDir dir;
+  BackupAndRestore backup{.directory = dir.path / "backup", .delete_on_success = false};
+  ModelCheckpoint checkpoint{.directory = dir.path / "ckpt"};
+  EarlyStopping keeping = early();
+  Model m = make_model(1);
+  Trainer<>().fit(m, Sgd{}, SoftmaxCrossEntropy{}, fashion(), options, backup, keeping, checkpoint);
+  REQUIRE(checkpoint.last_saved);
+  auto const names = [](std::filesystem::path const& p) { return io::SafetensorsFile::read(p).names(); };
+  auto const kept_in_backup = [&] {
+    for (auto const& entry : std::filesystem::directory_iterator(dir.path / "backup"))
+      if (entry.path().extension() == ".safetensors")
+        for (std::string const& name : names(entry.path()))
+          if (name == "kept/early_stopping/loss/epoch_0") return true;
+    return false;
+  };
+  CHECK(kept_in_backup());
+  for (std::string const& name : names(*checkpoint.last_saved)) CHECK_FALSE(name.starts_with("kept/"));
 }
 
 TEST_CASE("BackupAndRestore refuses a backup of a run with other FitOptions, and changes nothing") {

@@ -252,7 +252,7 @@ TEST_CASE_TEMPLATE("EarlyStopping restore_best_weights: the model ends fit with 
 TEST_CASE("EarlyStopping restore_best_weights refuses weights kept for another model, and changes nothing") {
   EarlyStopping early{.monitor = "loss", .restore_best_weights = true};
   PlainModel small(1);
-  io::TrainingState const kept = io::training_state(small);
+  io::TrainingState kept = io::training_state(small);
   early.on_train_begin({});
   early.on_epoch_end({.loss = 1.0}, kept);
   REQUIRE(early.best_weights.size() == all_weights(kept).size());

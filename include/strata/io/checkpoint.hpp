@@ -146,7 +146,7 @@ class MetadataReader {
 // Writes `state` to `path` atomically: a crash leaves the old file or the new one.
 inline void save_checkpoint(std::filesystem::path const& path, TrainingState const& state) {
   std::vector<TensorRef> tensors;
-  for (auto const* group : {&state.weights, &state.optimizer_slots})
+  for (auto const* group : {&state.weights, &state.optimizer_slots, &state.kept})
     for (auto const& t : *group) tensors.push_back({t.name, t.shape, t.values});
   Metadata metadata = detail::progress_metadata(state.progress);
   metadata["format"] = checkpoint_format;
@@ -185,10 +185,14 @@ void load_checkpoint(std::filesystem::path const& path, TrainingState& state, Ch
           optimizer.empty() ? "none (weights only)" : optimizer, "', the run uses ", state.optimizer));
     copies.emplace_back(file.f32(t.name, t.shape), t.values);
   }
+  std::map<std::string, std::vector<float>> kept;  // what callbacks kept (TrainingState::kept)
+  for (std::string const& name : file.names())
+    if (name.starts_with(kept_prefix)) kept[name] = file.floats(name, file.shape(name));
   Progress const progress = meta.progress();
   check(progress);
   for (auto const& [from, to] : copies) std::copy(from.begin(), from.end(), to.begin());
   state.progress = progress;
+  state.restored_kept = std::move(kept);
 }
 
 // Weights only, for inference or fine-tuning.

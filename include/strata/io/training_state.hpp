@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/nn/layer.hpp"
@@ -48,6 +49,8 @@ struct StateTensor {
   std::span<float> values;
 };
 
+inline constexpr std::string_view kept_prefix = "kept/";
+
 struct TrainingState {
   std::string model;                        // Model::name(): a checkpoint of another model is refused
   std::string optimizer;                    // Opt::name, empty when only weights are saved
@@ -58,6 +61,12 @@ struct TrainingState {
   // False between the micro-batches of a GradAccum group: the partial gradients live in
   // per-replica buffers a checkpoint does not hold, so nothing is saved then.
   bool at_step_boundary = true;
+  // What a callback keeps across a restart besides the model and the optimizer (EarlyStopping's
+  // best weights): views of the callback's own buffers, named "kept/<callback>/...", which a
+  // backup saves with the state. Loading a checkpoint puts its tensors of that kind in
+  // `restored_kept`, where the callback takes them from in its on_train_begin.
+  std::vector<StateTensor> kept{};
+  std::map<std::string, std::vector<float>> restored_kept{};
 
   // Whether a save "every `every_steps` optimizer steps" falls due now (never for 0).
   [[nodiscard]] bool step_due(std::int64_t every_steps) const {

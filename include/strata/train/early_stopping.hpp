@@ -3,10 +3,14 @@
 //   strata::EarlyStopping{.monitor = "val_loss", .patience = 2}
 //   strata::EarlyStopping{.monitor = "val_loss", .patience = 2, .restore_best_weights = true}
 // With restore_best_weights the model ends fit with the weights of its best epoch, as Keras 3
-// does: whether training stopped early or ran all its epochs. It keeps one copy of the weights.
+// does: whether training stopped early or ran all its epochs. It keeps one copy of the weights,
+// which a BackupAndRestore backup carries (io::TrainingState::kept), so a resumed run ends
+// with the same weights as an uninterrupted one.
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,11 +44,14 @@ struct EarlyStopping {
   std::vector<float> best_weights{};
 
   // A resumed run (BackupAndRestore listed before this callback) replays the restored
-  // history, so it stops after the same epoch as an uninterrupted run would. A backup does
-  // not hold the best weights: if the best epoch is the last one the backup completed, the
-  // restored weights are its weights; if it lies further back, they are gone, and only a
-  // later epoch that does better gives the model weights to return (restored_epoch says).
-  void on_train_begin(TrainBegin const&, io::TrainingState const& state = {}) {
+  // history, so it stops after the same epoch as an uninterrupted run would, and takes the
+  // best weights from the backup. (A backup taken at the end of the best epoch itself was
+  // written before this callback kept them: the restored weights are that epoch's.)
+  void on_train_begin(TrainBegin const& info) {
+    io::TrainingState none;
+    on_train_begin(info, none);
+  }
+  void on_train_begin(TrainBegin const&, io::TrainingState& state) {
     if (patience < 0) throw ConfigError(strata::detail::message("EarlyStopping: patience ", patience, " must be >= 0"));
     best = std::numeric_limits<double>::quiet_NaN();
     best_epoch = stopped_epoch = restored_epoch = -1;
@@ -53,12 +60,22 @@ struct EarlyStopping {
     int epochs = 0;
     if (auto const it = state.progress.history.find(monitor); it != state.progress.history.end())
       for (double value : it->second) (void)observe(value, epochs++);
-    // Restored at the end of an epoch that was the best: the weights in hand are that epoch's.
-    if (restore_best_weights && best_epoch >= 0 && best_epoch == epochs - 1 && state.progress.batch == 0)
+    if (!restore_best_weights || best_epoch < 0) return;
+    auto const saved = state.restored_kept.find(kept_name());
+    if (saved != state.restored_kept.end() && saved->second.size() == floats_of(state)) {
+      best_weights = std::move(saved->second);
+      state.restored_kept.erase(saved);
+      publish(state);
+    } else if (best_epoch == epochs - 1 && state.progress.batch == 0) {  // restored at the best epoch's end
       keep(state);
+    }
   }
 
-  bool on_epoch_end(EpochLogs const& logs, io::TrainingState const& state = {}) {
+  bool on_epoch_end(EpochLogs const& logs) {
+    io::TrainingState none;
+    return on_epoch_end(logs, none);
+  }
+  bool on_epoch_end(EpochLogs const& logs, io::TrainingState& state) {
     Observed const seen = observe(monitored_value(logs, monitor, "EarlyStopping"), logs.epoch);
     if (seen.improved && restore_best_weights) keep(state);
     if (seen.out_of_patience) stopped_epoch = logs.epoch;
@@ -68,8 +85,7 @@ struct EarlyStopping {
   // Gives the model the weights of the best epoch, where they were kept.
   void on_train_end(History const&, io::TrainingState& state) {
     if (!restore_best_weights || best_weights.empty()) return;
-    std::size_t floats = 0;
-    for (io::StateTensor const& t : state.weights) floats += t.values.size();
+    std::size_t const floats = floats_of(state);
     if (floats != best_weights.size())
       throw ConfigError(strata::detail::message("EarlyStopping: kept ", best_weights.size(), " weights of epoch ",
                                                 best_epoch, ", but this model has ", floats,
@@ -98,10 +114,26 @@ struct EarlyStopping {
   }
 
   // The weights in hand, those of best_epoch.
-  void keep(io::TrainingState const& state) {
+  void keep(io::TrainingState& state) {
     best_weights.clear();
     for (io::StateTensor const& t : state.weights)
       best_weights.insert(best_weights.end(), t.values.begin(), t.values.end());
+    publish(state);
+  }
+  // Shows the kept weights to the state, for a backup to save: one tensor named by the epoch.
+  void publish(io::TrainingState& state) {
+    std::erase_if(state.kept, [&](io::StateTensor const& t) { return t.name.starts_with(kept_folder()); });
+    if (!state.weights.empty())
+      state.kept.push_back({kept_name(), {std::int64_t(best_weights.size())}, std::span<float>(best_weights)});
+  }
+  [[nodiscard]] std::string kept_folder() const {
+    return std::string(io::kept_prefix) + "early_stopping/" + monitor + "/";
+  }
+  [[nodiscard]] std::string kept_name() const { return kept_folder() + "epoch_" + std::to_string(best_epoch); }
+  static std::size_t floats_of(io::TrainingState const& state) {
+    std::size_t floats = 0;
+    for (io::StateTensor const& t : state.weights) floats += t.values.size();
+    return floats;
   }
 };
 

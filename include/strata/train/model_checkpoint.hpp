@@ -78,8 +78,12 @@ struct ModelCheckpoint {
       weights.weights = state.weights;
       weights.progress = state.progress;  // metadata only: where training was
       last_saved = manager->save(weights);
-    } else {
+    } else if (state.kept.empty()) {
       last_saved = manager->save(state);
+    } else {  // what callbacks keep for a restart is BackupAndRestore's to save
+      io::TrainingState run = state;  // (views, and the progress)
+      run.kept.clear();
+      last_saved = manager->save(run);
     }
     last_step = state.progress.step;
     ++saves;
