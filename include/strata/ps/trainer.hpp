@@ -98,7 +98,6 @@ class BasicTrainer<Config> {
     state.progress.seed = options.seed;
     state.progress.batch_size = options.batch_size;
     hooks.train_begin({options.epochs, per_epoch, options.batch_size, workers, 1, 0, 1}, state, callbacks...);
-    state.restored_kept.clear();  // what no callback took
     io::Progress const start = state.progress;  // a restored run continues from here (an epoch's end)
     if (start.step > 0) cluster.restore(model.parameters(), optimizer_state, start.step);
     History history = History::from_map(start.history);

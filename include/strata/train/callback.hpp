@@ -68,6 +68,7 @@ struct Callbacks {
 
   void train_begin(TrainBegin const& info, io::TrainingState& state, Cs&... cs) const {
     (STRATA_CALL_HOOK(on_train_begin, cs, info, state), ...);
+    state.restored_kept.clear();  // what no callback took (memory a model's size)
   }
   void epoch_begin(int epoch, Cs&... cs) const {
     (([&] { if constexpr (requires { cs.on_epoch_begin(epoch); }) cs.on_epoch_begin(epoch); }()), ...);

@@ -59,7 +59,7 @@ struct EarlyStopping {
     best_weights.clear();
     int epochs = 0;
     if (auto const it = state.progress.history.find(monitor); it != state.progress.history.end())
-      for (double value : it->second) (void)observe(value, epochs++);
+      for (double value : it->second) observe(value, epochs++);
     if (!restore_best_weights || best_epoch < 0) return;
     auto const saved = state.restored_kept.find(kept_name());
     if (saved != state.restored_kept.end() && saved->second.size() == floats_of(state)) {
@@ -122,7 +122,8 @@ struct EarlyStopping {
   }
   // Shows the kept weights to the state, for a backup to save: one tensor named by the epoch.
   void publish(io::TrainingState& state) {
-    std::erase_if(state.kept, [&](io::StateTensor const& t) { return t.name.starts_with(kept_folder()); });
+    std::string const folder = kept_folder();
+    std::erase_if(state.kept, [&](io::StateTensor const& t) { return t.name.starts_with(folder); });
     if (!state.weights.empty())
       state.kept.push_back({kept_name(), {std::int64_t(best_weights.size())}, std::span<float>(best_weights)});
   }

@@ -172,7 +172,6 @@ class BasicTrainer {
                            strategy_.processes().processes()};
     strategy_.agree([&] {
       hooks.train_begin(begin, state, callbacks...);
-      state.restored_kept.clear();  // what no callback took (memory a model's size)
       return false;
     });
     io::Progress const start = state.progress;  // a restored run continues exactly here
