@@ -1,12 +1,14 @@
-// Where a MultiWorkerMirrored step's time goes, per bucket size, for the anchor table's step
-// (MLP 784-1024-1024-10, SGD with momentum, global batch 256 of Fashion-MNIST): run under
-// mpirun with 2 processes of MultiWorkerMirrored<1> (scripts/multi-worker-bench).
+// Where a MultiWorkerMirrored step's time goes, per bucket size and wire type, for the anchor
+// table's step (MLP 784-1024-1024-10, SGD with momentum, global batch 256 of Fashion-MNIST):
+// run under mpirun with 2 processes of MultiWorkerMirrored<1> (scripts/multi-worker-bench).
+// Each bucket size runs with fp32 gradients on the wire and with Compress<bf16>.
 //
 //   compute      one process's share alone: OneDevice on its 128 samples (forward,
 //                backward, the update), no communication
 //   all-reduce   the gradient arena (7.45 MB) all-reduced across the processes in the
-//                plan's buckets, nothing else running
-//   step         the real step, MultiWorkerMirrored<1> + BucketBytes<B>
+//                plan's buckets as the step's sync does it (bf16: rounded, reduced, widened
+//                back), nothing else running
+//   step         the real step, MultiWorkerMirrored<1> + BucketBytes<B> (+ Compress<bf16>)
 //   exposed      step - compute: the communication the step waits for
 //   hidden       1 - exposed / all-reduce: the share of the all-reduce overlapped with backward
 //
@@ -63,43 +65,50 @@ double compute_seconds(int processes) {
   return median_step_seconds([&] { runner.train_on_batch(*batch); });
 }
 
-template <std::size_t Bytes>
-using MultiWorker = strata::Strategy<strata::MultiWorkerMirrored<1>, strata::BucketBytes<Bytes>>;
+template <std::size_t Bytes, class Compression>
+using MultiWorker = strata::Strategy<strata::MultiWorkerMirrored<1>, strata::BucketBytes<Bytes>, Compression>;
 
-// The arena all-reduced bucket by bucket, as the step's sync issues it.
-template <std::size_t Bytes>
+// The arena all-reduced bucket by bucket in the wire type, as the step's sync issues it.
+template <std::size_t Bytes, class Wire>
 double all_reduce_seconds(int& buckets) {
   strata::comm::ThreadGroup group(1);
   strata::comm::WorkerCommunicator communicator(group.communicator(0));
   strata::AlignedBuffer gradients(Model::arena_size);
   std::fill(gradients.data(), gradients.data() + gradients.size(), 1.0f);
-  strata::comm::BucketPlan const plan(std::span<std::size_t const>(Model::offsets), Bytes);
+  strata::comm::BucketPlan plan(std::span<std::size_t const>(Model::offsets), Bytes);
   buckets = int(plan.buckets().size());
-  return median_step_seconds([&] {
-    for (auto const& b : plan.buckets())
-      communicator.all_reduce(std::span<float>(gradients.data() + b.begin, b.size()), strata::ReduceOp::sum);
-  });
+  strata::comm::BucketedAllReduce<strata::comm::WorkerCommunicator, Wire> reduce(
+      communicator, std::move(plan), gradients.span(), strata::ReduceOp::sum, strata::comm::Overlap::after_backward);
+  return median_step_seconds([&] { reduce.finish(); });
 }
 
-template <std::size_t Bytes>
+template <std::size_t Bytes, class Compression>
 double step_seconds() {
+  using Strategy = MultiWorker<Bytes, Compression>;
   Model model(1);
-  MultiWorker<Bytes> strategy;
-  ConfigRunner<typename MultiWorker<Bytes>::config> runner(strategy, model, optimizer, strata::SoftmaxCrossEntropy{},
-                                                           batch_size, 7);
+  Strategy strategy;
+  ConfigRunner<typename Strategy::config> runner(strategy, model, optimizer, strata::SoftmaxCrossEntropy{}, batch_size, 7);
   return median_step_seconds([&] { runner.train_on_batch(real_batch()); });
 }
 
-template <std::size_t Bytes>
+template <std::size_t Bytes, class Compression>
 void row(double compute, bool chief) {
+  using Wire = typename Compression::wire_type;
   int buckets = 0;
-  double const reduce = all_reduce_seconds<Bytes>(buckets);
-  double const step = step_seconds<Bytes>();
+  double const reduce = all_reduce_seconds<Bytes, Wire>(buckets);
+  double const step = step_seconds<Bytes, Compression>();
   double const exposed = std::max(0.0, step - compute);
   double const hidden = reduce > 0.0 ? std::clamp(1.0 - exposed / reduce, 0.0, 1.0) : 0.0;
   if (chief)
-    std::printf("| %zu KiB | %d | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.0f%% | %.0f |\n", Bytes >> 10, buckets,
-                compute * 1e3, reduce * 1e3, step * 1e3, exposed * 1e3, hidden * 100.0, batch_size / step);
+    std::printf("| %zu KiB | %s | %d | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.0f%% | %.0f |\n", Bytes >> 10,
+                strata::dtype_name<Wire>, buckets, compute * 1e3, reduce * 1e3, step * 1e3, exposed * 1e3,
+                hidden * 100.0, batch_size / step);
+}
+
+template <std::size_t Bytes>
+void rows(double compute, bool chief) {
+  row<Bytes, strata::NoCompression>(compute, chief);
+  row<Bytes, strata::Compress<strata::bf16>>(compute, chief);
 }
 
 }  // namespace
@@ -119,12 +128,12 @@ int main(int argc, char** argv) {
   if (chief) {
     std::printf("MultiWorkerMirrored<1> on %d processes, global batch %d, GEMM: %s; median of %d rounds of %d steps\n\n",
                 processes, batch_size, strata::cpu_gemm_engine().c_str(), rounds, steps);
-    std::printf("| bucket | buckets | compute | all-reduce alone | step | exposed | hidden | samples/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("| bucket | wire | buckets | compute | all-reduce alone | step | exposed | hidden | samples/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
   }
-  row<std::size_t{256} << 10>(compute, chief);
-  row<std::size_t{1} << 20>(compute, chief);
-  row<std::size_t{5} << 20>(compute, chief);
-  row<std::size_t{25} << 20>(compute, chief);
+  rows<std::size_t{256} << 10>(compute, chief);
+  rows<std::size_t{1} << 20>(compute, chief);
+  rows<std::size_t{5} << 20>(compute, chief);
+  rows<std::size_t{25} << 20>(compute, chief);
   return 0;
 }

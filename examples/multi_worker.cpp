@@ -4,12 +4,13 @@
 // line is `test_accuracy=0.xxxx`.
 //
 //   mpirun -np 2 multi_worker [--epochs N] [--batch-size B] [--replicas-per-process 1|2]
-//                             [--backup DIR] [--timeout SECONDS] [--trace FILE]
+//                             [--backup DIR] [--timeout SECONDS] [--trace FILE] [--compress bf16]
 //
 // scripts/multi-worker builds and launches it. With --backup, a job that is killed and
 // started again continues from the chief's last backup (docs/multi_worker.md). With --trace,
 // the chief prints where the time went and writes one trace of every worker's replicas and
-// collectives (docs/monitoring.md).
+// collectives (docs/monitoring.md). With --compress bf16, the gradients cross the processes as
+// bf16 (Compress<bf16>, docs/multi_worker.md).
 
 #include <chrono>
 #include <cstdlib>
@@ -27,9 +28,10 @@ struct Options {
   std::optional<std::string> backup;
   int timeout_seconds = 600;
   std::optional<std::string> trace;
+  bool compress = false;
 };
 
-template <int LocalN>
+template <int LocalN, class Compression>
 int train_and_evaluate(Options const& options) {
   auto const train = strata::data::fashion_mnist(strata::data::Split::train);
   auto const test = strata::data::fashion_mnist(strata::data::Split::test);
@@ -37,13 +39,15 @@ int train_and_evaluate(Options const& options) {
   using Model = strata::Sequential<strata::Dense<784, 256>, strata::Relu, strata::Dense<256, 10>>;
   Model model(/*seed=*/2026);  // the chief's weights are broadcast: every worker starts from them
 
-  strata::Trainer<strata::MultiWorkerMirrored<LocalN>> trainer({.timeout = std::chrono::seconds(options.timeout_seconds)});
+  strata::Trainer<strata::MultiWorkerMirrored<LocalN>, Compression> trainer(
+      {.timeout = std::chrono::seconds(options.timeout_seconds)});
   auto const& processes = trainer.strategy().processes();
   bool const chief = processes.is_chief();
   if (chief)
     std::cout << "Fashion-MNIST: " << train.size() << " training and " << test.size() << " test images; "
               << Model::name() << " on " << processes.processes() << " processes x " << LocalN << " replicas = "
-              << trainer.num_replicas_in_sync() << " replicas in sync\n";
+              << trainer.num_replicas_in_sync() << " replicas in sync; gradients cross as "
+              << strata::dtype_name<typename Compression::wire_type> << '\n';
 
   strata::FitOptions const fit{.epochs = options.epochs, .batch_size = options.batch_size, .validation = test, .seed = 7};
   auto fit_with = [&](auto&&... callbacks) {
@@ -78,16 +82,23 @@ int main(int argc, char** argv) {
     else if (flag == "--backup") options.backup = argv[i + 1];
     else if (flag == "--timeout") options.timeout_seconds = std::atoi(argv[i + 1]);
     else if (flag == "--trace") options.trace = argv[i + 1];
+    else if (flag == "--compress" && std::string(argv[i + 1]) == "bf16") options.compress = true;
+    else if (flag == "--compress" && std::string(argv[i + 1]) == "none") options.compress = false;
     else {
-      std::cerr << "unknown flag " << flag
+      std::cerr << "unknown flag " << flag << ' ' << argv[i + 1]
                 << "; use --epochs N --batch-size B --replicas-per-process 1|2 --backup DIR --timeout SECONDS "
-                   "--trace FILE\n";
+                   "--trace FILE --compress none|bf16\n";
       return 2;
     }
   }
   try {
-    if (options.replicas_per_process == 1) return train_and_evaluate<1>(options);
-    if (options.replicas_per_process == 2) return train_and_evaluate<2>(options);
+    // Each choice is its own trainer type: one instantiation per combination offered here.
+    auto run = [&]<int LocalN>() {
+      return options.compress ? train_and_evaluate<LocalN, strata::Compress<strata::bf16>>(options)
+                              : train_and_evaluate<LocalN, strata::NoCompression>(options);
+    };
+    if (options.replicas_per_process == 1) return run.template operator()<1>();
+    if (options.replicas_per_process == 2) return run.template operator()<2>();
     std::cerr << "--replicas-per-process " << options.replicas_per_process << " is not 1 or 2\n";
     return 2;
   } catch (strata::Error const& error) {

@@ -20,6 +20,7 @@ namespace strata {
 using policy::BucketBytes;
 using policy::CentralStorage;
 using policy::Compress;
+using policy::NoCompression;
 using policy::Cpu;
 using policy::Cuda;
 using policy::BasicDynamicLossScale;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -18,6 +19,7 @@
 
 #include "mpi_world.hpp"
 #include "random_matrix.hpp"
+#include "rounded_sum_sync.hpp"
 #include "strata.hpp"
 #include "strata/multi_worker.hpp"
 
@@ -85,6 +87,56 @@ TEST_CASE("MultiWorkerMirrored across processes trains as Mirrored over all repl
   if (world_size() == 2) check_all<2, 4>();
   else if (world_size() == 3) check_all<1, 3>();
   else MESSAGE("run under mpirun with 2 or 3 processes");
+}
+
+namespace {
+// Unshuffled fit: the batches in data order, as the oracle below takes them.
+template <class... Ps>
+std::vector<float> train_in_order(std::uint64_t seed, Adam const& optimizer) {
+  Mlp model(seed);
+  Trainer<Ps...> trainer;
+  trainer.fit(model, optimizer, SoftmaxCrossEntropy{}, synthetic(480), {.epochs = 1, .batch_size = 24, .shuffle = false});
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+// The oracle of Compress<T> in one process: Total replica threads whose gradients are rounded
+// to T, summed in fp32 and rounded to T, LocalN at a time (a process's threads) and then
+// across those sums in order (tests/rounded_sum_sync.hpp).
+template <class T, int LocalN, int Total>
+std::vector<float> rounded_sum_oracle(std::uint64_t seed, Adam const& optimizer) {
+  using Config = policy::Config<Mirrored<Total>>;
+  strategy::BasicStrategy<Config> strategy;
+  Mlp model(seed);
+  train::StepRunner<Config, Mlp, Adam, SoftmaxCrossEntropy, RoundedSumSync<T, Total, LocalN>> runner(
+      strategy, model, optimizer, SoftmaxCrossEntropy{}, 24, 0);
+  data::Dataset const data = synthetic(480);
+  for (int i = 0; i < 20; ++i)
+    runner.train_on_batch({data.features().columns(i * 24, 24), data.targets().columns(i * 24, 24), 24, i});
+  runner.flush();
+  return {model.parameters().begin(), model.parameters().end()};
+}
+
+template <class T, int LocalN, int Total>
+void check_compressed() {
+  Adam const adam{.lr = 1e-2f};
+  auto const compressed = train_in_order<MultiWorkerMirrored<LocalN>, Compress<T>>(100 + std::uint64_t(world_rank()), adam);
+  CHECK(same_on_every_process(compressed));
+  auto const oracle = rounded_sum_oracle<T, LocalN, Total>(100, adam);
+  auto const uncompressed = train_in_order<MultiWorkerMirrored<LocalN>>(100, adam);
+  CHECK(compressed != uncompressed);  // the gradients crossed rounded to T
+  // Shared memory sums in rank order in fp32 and rounds once, within and across processes.
+  // MPI (STRATA_SHM_DISABLE=1) rounds at each hop, which only two processes have one of.
+  if (std::getenv("STRATA_SHM_DISABLE") == nullptr || world_size() == 2) CHECK(compressed == oracle);
+  else CHECK(relative_difference(compressed, oracle) < 0.1);
+  // Adam steps each weight by about lr whatever its gradient's size, so where the replicas'
+  // gradients cancel, their rounding moves the weight a full step: close, not bf16-close.
+  CHECK(relative_difference(compressed, uncompressed) < 0.1);
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("Compress<T>: gradients cross the processes as T, as the rounded-sum oracle computes", T, bf16, fp16) {
+  if (world_size() == 2) check_compressed<T, 2, 4>();
+  else if (world_size() == 3) check_compressed<T, 1, 3>();
 }
 
 namespace {

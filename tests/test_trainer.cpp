@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rounded_sum_sync.hpp"
 #include "strata.hpp"
 #include "temp_dir.hpp"
 
@@ -379,6 +380,34 @@ TEST_CASE("a step whose gradients cross replicas over a Communicator in buckets 
   CHECK_THROWS_WITH_AS(Runner(strategy, model, Sgd{}, SoftmaxCrossEntropy{}, 30, 7, {},
                               [&](int r) { return comm::ThreadCommunicator(three, r); }),
                        "CommunicatorSync: a world of 3 replicas is not a whole number of processes of 2", ConfigError);
+}
+
+namespace {
+// Compress<T>: the buckets cross as T. The oracle rounds every replica's gradient to T, sums
+// in fp32 in replica order and rounds the sum (tests/rounded_sum_sync.hpp).
+template <class T, class Config, class Opt>
+void check_compressed_sync(Opt optimizer, comm::Overlap overlap) {
+  constexpr int n = Config::num_replicas;
+  auto const oracle = step_weights<Config, RoundedSumSync<T, n>>(optimizer, {}, 5);
+  comm::Rendezvous world(n);
+  using Compressed = train::CommunicatorSync<comm::ThreadCommunicator, n, 4096, T>;
+  static_assert(std::is_same_v<typename Compressed::wire_type, T>);
+  auto const compressed = step_weights<Config, Compressed>(
+      optimizer, {}, 5, [&](int r) { return comm::ThreadCommunicator(world, r); }, overlap);
+  CHECK(compressed == oracle);
+  auto const uncompressed = step_weights<Config, train::ThreadSync<n>>(optimizer, {}, 5);
+  CHECK(compressed != uncompressed);                            // the gradients were rounded ...
+  CHECK(relative_difference(compressed, uncompressed) < 1e-2);  // ... to T's precision
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("Compress<T>: buckets crossing as T give the weights of gradients rounded to T and summed in fp32",
+                   T, bf16, fp16) {
+  using comm::Overlap;
+  check_compressed_sync<T, policy::Config<Mirrored<2>>>(Sgd{.lr = 0.05f, .momentum = 0.9f}, Overlap::comm_thread);
+  check_compressed_sync<T, policy::Config<Mirrored<3>>>(Adam{}, Overlap::in_backward);
+  check_compressed_sync<T, policy::Config<Mirrored<2>, GradAccum<2>>>(Adam{}, Overlap::comm_thread);
+  check_compressed_sync<T, policy::Config<Mirrored<2>, MixedPrecision>>(Adam{}, Overlap::after_backward);
 }
 
 // A model with the new kinds of layer (own scratch, a skip connection, a normalisation) under

@@ -8,7 +8,12 @@
 // soon as backward reports its last layer done: inline, or on a communication thread while
 // backward goes on with earlier layers. Buckets are reduced strictly in plan order on every
 // rank, so every rank issues the same collectives in the same order.
+//
+// `Wire` is the type a bucket travels in: float, or bf16/fp16 (gradient compression, the
+// policy Compress<T>): the bucket is rounded into a 16-bit buffer, all-reduced as 16-bit
+// values (half the bytes) and widened back into the float arena.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -17,10 +22,12 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "strata/comm/communicator.hpp"
 #include "strata/comm/wait.hpp"
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 
 namespace strata::comm {
@@ -74,15 +81,23 @@ enum class Overlap {
 
 // One per replica. Per step: layer_done(l) for each layer as backward finishes it (from
 // the last to the first), then finish(), which returns when every bucket is reduced.
-template <Communicator Comm>
+template <Communicator Comm, class Wire = float>
+  requires is_compute_type<Wire>
 class BucketedAllReduce {
  public:
+  using wire_type = Wire;
+
   BucketedAllReduce(Comm& comm, BucketPlan plan, std::span<float> gradients, ReduceOp op, Overlap overlap)
       : comm_(&comm), plan_(std::move(plan)), gradients_(gradients), op_(op), overlap_(overlap) {
     auto const buckets = plan_.buckets();
     if (!buckets.empty() && buckets.front().end > gradients.size())
       throw ConfigError(strata::detail::message("BucketedAllReduce: the plan covers ", buckets.front().end,
                                                 " floats but the gradient arena has ", gradients.size()));
+    if constexpr (compressed) {  // one bucket at a time is on the wire: the largest sizes the buffer
+      std::size_t largest = 0;
+      for (Bucket const& b : buckets) largest = std::max(largest, b.size());
+      wire_.resize(largest);
+    }
     if (overlap_ == Overlap::comm_thread) worker_ = std::thread([this] { communicate(); });
   }
   BucketedAllReduce(BucketedAllReduce const&) = delete;
@@ -142,15 +157,25 @@ class BucketedAllReduce {
  private:
   static void wake(std::atomic<std::uint32_t>& word) { detail::wake_all(word); }
 
+  static constexpr bool compressed = !std::is_same_v<Wire, float>;
+
+  // The timings cover the collective alone, not the rounding into the wire type and back.
   void reduce(std::size_t b) {
     Bucket const& bucket = plan_.buckets()[b];
+    std::span<float> const floats = gradients_.subspan(bucket.begin, bucket.size());
+    auto const wire = [&] {
+      if constexpr (compressed) return std::span<Wire>(wire_.data(), floats.size());
+      else return floats;
+    }();
+    if constexpr (compressed) strata::store(wire.data(), floats.data(), floats.size());
     if (timings_.empty()) {
-      comm_->all_reduce(gradients_.subspan(bucket.begin, bucket.size()), op_);
-      return;
+      comm_->all_reduce(wire, op_);
+    } else {
+      timings_[b].begin = std::chrono::steady_clock::now();
+      comm_->all_reduce(wire, op_);
+      timings_[b].end = std::chrono::steady_clock::now();
     }
-    timings_[b].begin = std::chrono::steady_clock::now();
-    comm_->all_reduce(gradients_.subspan(bucket.begin, bucket.size()), op_);
-    timings_[b].end = std::chrono::steady_clock::now();
+    if constexpr (compressed) strata::load(floats.data(), wire.data(), floats.size());
   }
 
   // The communication thread: reduces buckets in plan order as backward issues them.
@@ -187,6 +212,7 @@ class BucketedAllReduce {
   std::thread worker_;
   std::exception_ptr error_;
   std::vector<Timing> timings_;  // written by whichever thread reduces; read after finish()
+  std::vector<Wire> wire_;       // compressed: the bucket on the wire (empty for float)
   alignas(64) std::atomic<std::uint32_t> issued_{0};  // buckets backward has completed this step
   alignas(64) std::atomic<std::uint32_t> done_{0};    // buckets reduced this step
   alignas(64) std::atomic<std::uint32_t> ready_{0};   // steps finished

@@ -10,8 +10,9 @@
 // all have arrived the blocking MPI call runs (a process that dies inside it is MPI's to
 // report). With verify off, collectives are posted non-blocking and polled until the
 // deadline, which Open MPI runs with slower algorithms (docs/communication.md has the
-// figures). 16-bit types are reduced in fp32 (converted on the way in and out, so they
-// cross the wire as fp32); they are moved as 16 bits.
+// figures). 16-bit types cross the wire as 16 bits: MPI has no bf16 or fp16 arithmetic,
+// so strata gives it operations that widen each pair to fp32, combine and round back
+// (rounding at every hop of MPI's algorithm, as NCCL does; two ranks round once).
 //
 // After a timeout the communicator is broken (MPI cannot cancel a collective): every later
 // call throws; the processes should end. Communicators are created in the same order on
@@ -26,9 +27,11 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "strata/comm/communicator.hpp"
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 
 namespace strata::comm {
@@ -46,6 +49,20 @@ inline char const* thread_level_name(int level) {
     case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
     case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
     default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+// The user operations of 16-bit reductions, over MPI_UINT16_T: inout[i] = in[i] op inout[i],
+// in fp32, rounded once to T.
+template <class T, ReduceOp Op>
+void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  auto const* a = static_cast<T const*>(in);
+  auto* b = static_cast<T*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    float const x = float(a[i]), y = float(b[i]);
+    if constexpr (Op == ReduceOp::max) b[i] = T(std::max(x, y));
+    else if constexpr (Op == ReduceOp::min) b[i] = T(std::min(x, y));
+    else b[i] = T(x + y);
   }
 }
 }  // namespace detail
@@ -109,6 +126,8 @@ class MpiCommunicator {
   }
   ~MpiCommunicator() {
     if (broken_) return;  // requests may still be pending on it: leave it to MPI_Finalize
+    for (MPI_Op& op : ops_16bit_)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
     if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
@@ -134,16 +153,15 @@ class MpiCommunicator {
       }
       if (op == ReduceOp::mean) scale(out, 1.0f / float(size_));
     } else {
-      widen(in, wide_);
+      MPI_Op const reduce = op_16bit<T>(op);
       for (std::size_t at = 0; at < in.size(); at += max_count) {
         int const n = int(std::min(max_count, in.size() - at));
+        void const* send = in.data() == out.data() ? MPI_IN_PLACE : static_cast<void const*>(in.data() + at);
         run(call,
-            [&](MPI_Request* r) {
-              return MPI_Iallreduce(MPI_IN_PLACE, wide_.data() + at, n, MPI_FLOAT, mpi_op(op), comm_, r);
-            },
-            [&] { return MPI_Allreduce(MPI_IN_PLACE, wide_.data() + at, n, MPI_FLOAT, mpi_op(op), comm_); });
+            [&](MPI_Request* r) { return MPI_Iallreduce(send, out.data() + at, n, MPI_UINT16_T, reduce, comm_, r); },
+            [&] { return MPI_Allreduce(send, out.data() + at, n, MPI_UINT16_T, reduce, comm_); });
       }
-      narrow(op, out);
+      if (op == ReduceOp::mean) scale(out, 1.0f / float(size_));
     }
   }
 
@@ -159,15 +177,13 @@ class MpiCommunicator {
           [&] { return MPI_Reduce_scatter_block(in.data(), out.data(), n, MPI_FLOAT, mpi_op(op), comm_); });
       if (op == ReduceOp::mean) scale(out, 1.0f / float(size_));
     } else {
-      widen(in, wide_);
-      wide_out_.resize(out.size());
+      MPI_Op const reduce = op_16bit<T>(op);
       run(call,
           [&](MPI_Request* r) {
-            return MPI_Ireduce_scatter_block(wide_.data(), wide_out_.data(), n, MPI_FLOAT, mpi_op(op), comm_, r);
+            return MPI_Ireduce_scatter_block(in.data(), out.data(), n, MPI_UINT16_T, reduce, comm_, r);
           },
-          [&] { return MPI_Reduce_scatter_block(wide_.data(), wide_out_.data(), n, MPI_FLOAT, mpi_op(op), comm_); });
-      wide_.swap(wide_out_);
-      narrow(op, out);
+          [&] { return MPI_Reduce_scatter_block(in.data(), out.data(), n, MPI_UINT16_T, reduce, comm_); });
+      if (op == ReduceOp::mean) scale(out, 1.0f / float(size_));
     }
   }
 
@@ -211,6 +227,19 @@ class MpiCommunicator {
   static MPI_Op mpi_op(ReduceOp op) {
     return op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
   }
+  // The user operation of a 16-bit reduction (sum serves mean), made on first use.
+  template <class T>
+  MPI_Op op_16bit(ReduceOp op) {
+    std::size_t const kind = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
+    MPI_Op& made = ops_16bit_[(std::is_same_v<T, fp16> ? 3 : 0) + kind];
+    if (made == MPI_OP_NULL) {
+      MPI_User_function* const functions[] = {&detail::reduce_16bit<T, ReduceOp::sum>,
+                                              &detail::reduce_16bit<T, ReduceOp::max>,
+                                              &detail::reduce_16bit<T, ReduceOp::min>};
+      check(MPI_Op_create(functions[kind], 1 /* commutative */, &made), "MPI_Op_create");
+    }
+    return made;
+  }
 
   void swap(MpiCommunicator& other) noexcept {
     std::swap(comm_, other.comm_);
@@ -220,8 +249,7 @@ class MpiCommunicator {
     std::swap(options_, other.options_);
     std::swap(broken_, other.broken_);
     std::swap(sequence_, other.sequence_);
-    wide_.swap(other.wide_);
-    wide_out_.swap(other.wide_out_);
+    ops_16bit_.swap(other.ops_16bit_);
     std::swap(sent_, other.sent_);  // a moved-from communicator has no request pending
     table_.swap(other.table_);
     arrived_.swap(other.arrived_);
@@ -229,18 +257,9 @@ class MpiCommunicator {
     sends_.swap(other.sends_);
   }
 
-  static void scale(auto out, float factor) {
-    for (auto& x : out) x *= factor;
-  }
   template <class T>
-  static void widen(std::span<T const> in, std::vector<float>& wide) {
-    wide.resize(in.size());
-    for (std::size_t i = 0; i < in.size(); ++i) wide[i] = float(in[i]);
-  }
-  template <class T>
-  void narrow(ReduceOp op, std::span<T> out) {
-    float const factor = op == ReduceOp::mean ? 1.0f / float(size_) : 1.0f;
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = T(wide_[i] * factor);
+  static void scale(std::span<T> out, float factor) {
+    for (auto& x : out) x = T(float(x) * factor);
   }
 
   int count(CallDescriptor const& call, std::size_t n) const {
@@ -382,7 +401,8 @@ class MpiCommunicator {
   MpiOptions options_;
   bool broken_ = false;
   std::int64_t sequence_ = 0;
-  std::vector<float> wide_, wide_out_;  // fp32 staging of 16-bit reductions, reused
+  std::array<MPI_Op, 6> ops_16bit_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
+                                  MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // bf16 then fp16: sum, max, min
   // verify's buffers, reused
   Descriptor sent_{};
   std::vector<Descriptor> table_;

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "strata/core/dtype.hpp"
 #include "strata/policy/slot.hpp"
@@ -27,9 +28,13 @@ struct NoCompression {
   static std::string name() { return "NoCompression"; }
 };
 
-// Gradients travel as T (bf16 or fp16), reductions still accumulate in fp32.
+// Gradients travel as T (bf16 or fp16): each replica's gradient is rounded to T, the
+// all-reduce moves T (half the bytes of fp32) and the sum, rounded to T, is widened back.
+// strata's own engines accumulate in fp32 and round once; MPI rounds at every hop (docs/communication.md).
 template <class T>
 struct Compress {
+  static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>,
+                "strata::Compress<T>: T must be strata::bf16 or strata::fp16 (uncompressed fp32 is NoCompression)");
   using policy_slot = compression_slot;
   using wire_type = T;
   static std::string name() { return std::string("Compress<") + dtype_name<T> + ">"; }

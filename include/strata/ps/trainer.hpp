@@ -61,6 +61,9 @@ class BasicTrainer<Config> {
                 "gradient; raise batch_size instead (docs/parameter_server.md)");
   static_assert(std::is_same_v<typename Config::device, policy::Cpu>,
                 "strata::ParameterServer runs on strata::Cpu only for now (docs/parameter_server.md)");
+  static_assert(std::is_same_v<typename Config::compression, policy::NoCompression>,
+                "strata::Compress<T> is not built for strata::ParameterServer yet: pushes and pulls travel in fp32; "
+                "drop Compress<T> (docs/parameter_server.md)");
 
  public:
   using config = Config;

@@ -130,11 +130,13 @@ class HostCentralUpdate {
   ReplicaWeights<policy::Cuda, float> devices_;    // what the forward passes read, on each GPU
 };
 
-template <CentralStorageStrategy Strategy, class Bucket>
-struct GradientSync<Strategy, policy::Cuda, Bucket> {
+template <CentralStorageStrategy Strategy, class Bucket, class Compression>
+struct GradientSync<Strategy, policy::Cuda, Bucket, Compression> {
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
                 "strata::BucketBytes<B> has no effect on CentralStorage<N> on strata::Cuda: each replica's "
                 "gradients come to the host in one copy per step, with no buckets to size; drop BucketBytes<B>");
+  static_assert(std::is_same_v<Compression, policy::NoCompression>,
+                "strata::Compress<T> is not built on strata::Cuda yet: gradients cross GPUs in fp32; drop Compress<T>");
   using type = HostCentralSync<Strategy::replicas>;
 };
 

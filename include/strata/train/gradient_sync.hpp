@@ -28,7 +28,8 @@
 // owner sums its slice of every replica's arena in replica order while it is in cache.
 // CommunicatorSync<Comm> serves any Communicator (threads, MPI, the Hierarchical of both):
 // the gradients are all-reduced in BucketBytes<B> buckets, each started as soon as backward
-// completes it (the overlap of PyTorch DDP and Horovod), on a communication thread.
+// completes it (the overlap of PyTorch DDP and Horovod), on a communication thread; under
+// Compress<T> each bucket crosses as T (comm/buckets.hpp).
 // DeviceSync<N> (train/gradient_sync_cuda.hpp) serves them on Cuda: the replicas' arenas in
 // device memory, summed by a kernel on one GPU or reduce-scattered over NCCL across GPUs.
 
@@ -37,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "strata/comm/buckets.hpp"
@@ -160,12 +162,15 @@ void share_from_chief(Processes& processes, std::span<float> weights, State& sta
   });
 }
 
-template <class Comm, int Replicas, std::size_t BucketBytes>
+template <class Comm, int Replicas, std::size_t BucketBytes, class Wire = float>
   requires comm::Communicator<Comm>
 class CommunicatorSync : public ReplicaArenas<Replicas> {
   using base = ReplicaArenas<Replicas>;
+  using Buckets = comm::BucketedAllReduce<Comm, Wire>;
 
  public:
+  using wire_type = Wire;  // what a gradient travels as: float, or bf16/fp16 under Compress<T>
+
   template <class MakeCommunicator>
   CommunicatorSync(comm::ThreadGroup& group, std::span<float> model_gradients,
                    std::span<std::size_t const> layer_offsets, MakeCommunicator&& make_communicator,
@@ -173,7 +178,7 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
       : base(group, model_gradients), layers_(layer_offsets.size() - 1) {
     for (int r = 0; r < base::local_replicas; ++r) {
       communicators_[std::size_t(r)] = std::make_unique<Comm>(make_communicator(r));
-      buckets_[std::size_t(r)] = std::make_unique<comm::BucketedAllReduce<Comm>>(
+      buckets_[std::size_t(r)] = std::make_unique<Buckets>(
           *communicators_[std::size_t(r)], comm::BucketPlan(layer_offsets, BucketBytes),
           std::span<float>(this->gradients_[std::size_t(r)], this->arena_), comm::ReduceOp::sum, overlap);
     }
@@ -224,7 +229,7 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
 
  private:
   std::array<std::unique_ptr<Comm>, base::local_replicas> communicators_;
-  std::array<std::unique_ptr<comm::BucketedAllReduce<Comm>>, base::local_replicas> buckets_;
+  std::array<std::unique_ptr<Buckets>, base::local_replicas> buckets_;
   std::array<OnCacheLine<bool>, base::local_replicas> started_{};
   std::size_t layers_ = 0;
   int world_ = 1;
@@ -234,7 +239,7 @@ class CommunicatorSync : public ReplicaArenas<Replicas> {
 };
 
 // The sync a strategy uses on a device, chosen by specialisation on the policy tags.
-template <class Strategy, class Device, class Bucket>
+template <class Strategy, class Device, class Bucket, class Compression>
 struct GradientSync {
   static_assert(policy::dependent_false<Strategy>,
                 "strata: no gradient sync is written for this strategy on this device yet (docs/roadmap.md)");
@@ -252,25 +257,32 @@ concept InProcessStrategy =
 template <class Strategy>
 concept CentralStorageStrategy = Strategy::kind == policy::StrategyKind::central_storage;
 
-template <CentralStorageStrategy Strategy, class Bucket>
-struct GradientSync<Strategy, policy::Cpu, Bucket> {
+template <CentralStorageStrategy Strategy, class Bucket, class Compression>
+struct GradientSync<Strategy, policy::Cpu, Bucket, Compression> {
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
                 "strata::BucketBytes<B> has no effect on CentralStorage<N> on strata::Cpu: its replicas reduce "
                 "into the central copy in place, with no buckets to size; drop BucketBytes<B>");
+  static_assert(std::is_same_v<Compression, policy::NoCompression>,
+                "strata::Compress<T> has no effect on CentralStorage<N> on strata::Cpu: its replicas reduce into "
+                "the central copy in place and no gradient crosses a wire; drop Compress<T>");
   using type = ThreadSync<Strategy::replicas>;
 };
 
-template <InProcessStrategy Strategy, class Bucket>
-struct GradientSync<Strategy, policy::Cpu, Bucket> {
+template <InProcessStrategy Strategy, class Bucket, class Compression>
+struct GradientSync<Strategy, policy::Cpu, Bucket, Compression> {
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
                 "strata::BucketBytes<B> has no effect on OneDevice or Mirrored<N> on strata::Cpu: their replicas "
                 "read each other's gradients in place, with no buckets to size; drop BucketBytes<B> (it sizes the "
                 "buckets of strategies whose gradients cross a Communicator)");
+  static_assert(std::is_same_v<Compression, policy::NoCompression>,
+                "strata::Compress<T> has no effect on OneDevice or Mirrored<N> on strata::Cpu: their replicas read "
+                "each other's gradients in place and no gradient crosses a wire; drop Compress<T> (it compresses "
+                "the gradients of MultiWorkerMirrored<N>, which cross processes)");
   using type = ThreadSync<Strategy::replicas>;
 };
 
 template <class Config>
-using gradient_sync_t =
-    typename GradientSync<typename Config::strategy, typename Config::device, typename Config::bucket>::type;
+using gradient_sync_t = typename GradientSync<typename Config::strategy, typename Config::device,
+                                              typename Config::bucket, typename Config::compression>::type;
 
 }  // namespace strata::train

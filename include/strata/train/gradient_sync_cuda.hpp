@@ -153,8 +153,10 @@ class MultiWorkerDeviceSync;
 template <class Strategy>
 inline constexpr bool multi_worker_cuda_linked = false;
 
-template <int LocalN, class Bucket>
-struct GradientSync<policy::MultiWorkerMirrored<LocalN>, policy::Cuda, Bucket> {
+template <int LocalN, class Bucket, class Compression>
+struct GradientSync<policy::MultiWorkerMirrored<LocalN>, policy::Cuda, Bucket, Compression> {
+  static_assert(std::is_same_v<Compression, policy::NoCompression>,
+                "strata::Compress<T> is not built on strata::Cuda yet: gradients cross GPUs in fp32; drop Compress<T>");
   static_assert(multi_worker_cuda_linked<policy::MultiWorkerMirrored<LocalN>>,
                 "strata::MultiWorkerMirrored on strata::Cuda needs #include <strata/multi_worker_cuda.hpp> and the "
                 "strata::mpi and strata::cuda CMake targets (docs/multi_worker.md)");
@@ -164,8 +166,10 @@ struct GradientSync<policy::MultiWorkerMirrored<LocalN>, policy::Cuda, Bucket> {
   using type = MultiWorkerDeviceSync<LocalN>;
 };
 
-template <InProcessStrategy Strategy, class Bucket>
-struct GradientSync<Strategy, policy::Cuda, Bucket> {
+template <InProcessStrategy Strategy, class Bucket, class Compression>
+struct GradientSync<Strategy, policy::Cuda, Bucket, Compression> {
+  static_assert(std::is_same_v<Compression, policy::NoCompression>,
+                "strata::Compress<T> is not built on strata::Cuda yet: gradients cross GPUs in fp32; drop Compress<T>");
   static_assert(Bucket::bytes == policy::default_bucket_bytes,
                 "strata::BucketBytes<B> has no effect on OneDevice or Mirrored<N> on strata::Cuda yet: their "
                 "gradients are summed in one kernel or one NCCL reduce-scatter per step, not in buckets; drop "

@@ -2,7 +2,7 @@
 // The GradientSync of MultiWorkerMirrored<LocalN> on the CPU: CommunicatorSync over a
 // WorkerCommunicator per replica (train/gradient_sync.hpp): the replicas of a process
 // reduce among themselves, the processes all-reduce over MPI, bucket by bucket
-// (BucketBytes<B>) while backward runs. Included by strata/multi_worker.hpp.
+// (BucketBytes<B>) while backward runs, as T under Compress<T>. Included by strata/multi_worker.hpp.
 
 #include <cstddef>
 #include <span>
@@ -24,9 +24,9 @@ inline constexpr bool multi_worker_linked<policy::MultiWorkerMirrored<LocalN>> =
 namespace train {
 
 // Local replicas × the processes of MPI_COMM_WORLD.
-template <int LocalN, std::size_t BucketBytes>
-class MultiWorkerSync : public CommunicatorSync<comm::WorkerCommunicator, LocalN, BucketBytes> {
-  using base = CommunicatorSync<comm::WorkerCommunicator, LocalN, BucketBytes>;
+template <int LocalN, std::size_t BucketBytes, class Wire = float>
+class MultiWorkerSync : public CommunicatorSync<comm::WorkerCommunicator, LocalN, BucketBytes, Wire> {
+  using base = CommunicatorSync<comm::WorkerCommunicator, LocalN, BucketBytes, Wire>;
 
  public:
   MultiWorkerSync(comm::ThreadGroup& group, std::span<float> model_gradients, std::span<std::size_t const> layer_offsets)
@@ -38,9 +38,10 @@ class MultiWorkerSync : public CommunicatorSync<comm::WorkerCommunicator, LocalN
              }) {}
 };
 
-template <int LocalN, class Bucket>
-struct GradientSync<policy::MultiWorkerMirrored<LocalN>, policy::Cpu, Bucket> {
-  using type = MultiWorkerSync<LocalN, Bucket::bytes>;
+// Compress<T>: every bucket crosses the processes (and the replica threads) as T.
+template <int LocalN, class Bucket, class Compression>
+struct GradientSync<policy::MultiWorkerMirrored<LocalN>, policy::Cpu, Bucket, Compression> {
+  using type = MultiWorkerSync<LocalN, Bucket::bytes, typename Compression::wire_type>;
 };
 
 }  // namespace train

@@ -237,13 +237,14 @@ class StepRunner : public StepProgress<Config> {
     if constexpr (Probe::enabled && requires { sync_.bucket_timings(r); }) record_buckets(r);
   }
 
-  // Each bucket's collective of replica r's last reduction, on its communication track.
+  // Each bucket's collective of replica r's last reduction, on its communication track, with
+  // the bytes it moved (halved under Compress<T>).
   void record_buckets(int r) {
     auto const timings = sync_.bucket_timings(r);
     auto const buckets = sync_.bucket_plan().buckets();
     for (std::size_t b = 0; b < timings.size(); ++b)
       probe_.record(r, profile::Phase::all_reduce, probe_.at(timings[b].begin), probe_.at(timings[b].end), int(b),
-                    std::int64_t(buckets[b].size() * sizeof(float)));
+                    std::int64_t(buckets[b].size() * sizeof(typename Sync::wire_type)));
   }
 
   // What identifies the batch whose shards are staged: where its data is, its size and index.

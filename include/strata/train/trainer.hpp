@@ -47,14 +47,6 @@ struct FitOptions {
   float clip_global_norm = 0.0f;              // > 0: clip the reduced gradient to this global L2 norm
 };
 
-// Policies whose code is not written yet are parsed (so the grammar is complete) but
-// rejected when a trainer would have to run them.
-template <class Config>
-constexpr void check_runnable() {
-  static_assert(std::is_same_v<typename Config::compression, policy::NoCompression>,
-                "strata::Trainer: Compress<T> is parsed but not implemented yet (docs/roadmap.md)");
-}
-
 // What every trainer (train::BasicTrainer, and ps/trainer.hpp's) checks and reports alike.
 inline void check_fit_options(FitOptions const& options) {
   if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
@@ -104,7 +96,6 @@ class BasicTrainer {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
               FitOptions const& options, Cs&&... callbacks) {
-    check_runnable<Config>();
     check_fit_options(options);
     check_dataset<Model>(loss, train, "fit: the training dataset");
     strategy::SharedInput const input(train, options.batch_size, options.shuffle, options.seed, options.prefetch);
@@ -117,7 +108,6 @@ class BasicTrainer {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class Make, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, strategy::PerWorker<Make> const& input,
               FitOptions const& options, Cs&&... callbacks) {
-    check_runnable<Config>();
     check_fit_options(options);
     auto const worker_input = strategy_.worker_input(
         "fit", input.make, [&](data::Dataset const& local) { check_dataset<Model>(loss, local, "fit: this worker's dataset"); },
@@ -128,7 +118,6 @@ class BasicTrainer {
   // Mean loss (and accuracy for classification) over `data`, distributed over the replicas.
   template <class Model, nn::Loss LossFn>
   Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
-    check_runnable<Config>();
     check_dataset<Model>(loss, data, "evaluate: the dataset");
     return ValidatorFor<Model>(strategy_, model, batch_size).evaluate(loss, data);
   }
@@ -136,7 +125,6 @@ class BasicTrainer {
   // The model's outputs, output_width x data.size(), in dataset order.
   template <class Model>
   Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
-    check_runnable<Config>();
     if (data.empty()) throw DataError("predict: the dataset is empty");
     return ValidatorFor<Model>(strategy_, model, batch_size).predict(data);
   }
