@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -98,6 +99,26 @@ TEST_CASE_TEMPLATE("all_reduce matches a serial reference for every op and awkwa
         }
       }
     }
+  }
+}
+
+TEST_CASE("a custom loop compresses its gradients: ReplicaContext::all_reduce of bf16 sums in fp32 and rounds once") {
+  Strategy<Mirrored<3>> strategy;
+  std::size_t const size = 1000;
+  auto gradient = [](int r, std::size_t i) { return std::sin(float(i) * 0.37f + float(r)) * (1.0f + float(i % 7)); };
+  auto results = strategy.run([&](auto& ctx) {
+    std::vector<float> mine(size);
+    for (std::size_t i = 0; i < size; ++i) mine[i] = gradient(ctx.replica_id_in_sync_group(), i);
+    std::vector<bf16> wire(size);
+    store(wire.data(), mine.data(), size);
+    ctx.all_reduce(std::span<bf16>(wire), ReduceOp::sum);
+    load(mine.data(), wire.data(), size);
+    return mine;
+  });
+  for (std::size_t i = 0; i < size; ++i) {
+    float sum = float(bf16(gradient(0, i)));
+    for (int r = 1; r < 3; ++r) sum += float(bf16(gradient(r, i)));
+    for (int r = 0; r < 3; ++r) CHECK(results[r][i] == float(bf16(sum)));
   }
 }
 

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
+#include "strata/comm/communicator.hpp"
 #include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_communicator.hpp"
 
@@ -38,7 +40,16 @@ class BasicReplicaContext {
 
   // In place: afterwards every replica's `data` holds op over all replicas' `data` (of
   // every process), bitwise the same on every replica. Sizes must agree (CommError otherwise).
+  // float, or bf16/fp16 (half the bytes on the wire; summed in fp32): a custom loop
+  // compresses its gradients by rounding them into a 16-bit buffer (strata::store), reducing
+  // that and widening it back (strata::load). The Compress<T> policy applies to the
+  // trainer's gradient sync (train::StepRunner), not to the collectives a loop calls itself.
   void all_reduce(std::span<float> data, comm::ReduceOp op) { comm_->all_reduce(data, op); }
+  template <comm::Reducible T>
+    requires(!std::is_same_v<T, float>)
+  void all_reduce(std::span<T> data, comm::ReduceOp op) {
+    comm_->all_reduce(data, op);
+  }
 
   // The communicator, for the other collectives.
   [[nodiscard]] Comm& communicator() { return *comm_; }
