@@ -118,6 +118,14 @@ class MpiCommunicator {
     MPI_Comm_set_errhandler(check_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // The 16-bit reductions' operations, made here (local, no communication) rather than in
+    // a step's first collective.
+    MPI_User_function* const functions[] = {
+        &detail::reduce_16bit<bf16, ReduceOp::sum>, &detail::reduce_16bit<bf16, ReduceOp::max>,
+        &detail::reduce_16bit<bf16, ReduceOp::min>, &detail::reduce_16bit<fp16, ReduceOp::sum>,
+        &detail::reduce_16bit<fp16, ReduceOp::max>, &detail::reduce_16bit<fp16, ReduceOp::min>};
+    for (std::size_t i = 0; i < ops_16bit_.size(); ++i)
+      check(MPI_Op_create(functions[i], 1 /* commutative */, &ops_16bit_[i]), "MPI_Op_create");
   }
   MpiCommunicator(MpiCommunicator&& other) noexcept { swap(other); }
   MpiCommunicator& operator=(MpiCommunicator&& other) noexcept {
@@ -227,18 +235,11 @@ class MpiCommunicator {
   static MPI_Op mpi_op(ReduceOp op) {
     return op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
   }
-  // The user operation of a 16-bit reduction (sum serves mean), made on first use.
+  // The user operation of a 16-bit reduction (sum serves mean).
   template <class T>
-  MPI_Op op_16bit(ReduceOp op) {
+  MPI_Op op_16bit(ReduceOp op) const {
     std::size_t const kind = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
-    MPI_Op& made = ops_16bit_[(std::is_same_v<T, fp16> ? 3 : 0) + kind];
-    if (made == MPI_OP_NULL) {
-      MPI_User_function* const functions[] = {&detail::reduce_16bit<T, ReduceOp::sum>,
-                                              &detail::reduce_16bit<T, ReduceOp::max>,
-                                              &detail::reduce_16bit<T, ReduceOp::min>};
-      check(MPI_Op_create(functions[kind], 1 /* commutative */, &made), "MPI_Op_create");
-    }
-    return made;
+    return ops_16bit_[(std::is_same_v<T, fp16> ? 3 : 0) + kind];
   }
 
   void swap(MpiCommunicator& other) noexcept {
