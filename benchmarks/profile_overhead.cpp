@@ -1,7 +1,8 @@
 // What monitoring costs: one epoch of fit (10 steps of the step benchmark's MLP
 // 784-1024-1024-10, global batch 256, Mirrored<2>, Fashion-MNIST) without any profiling
-// callback, with a Profiler, and with a Profiler, a TraceWriter and a TensorBoard callback.
-// The budget is 1% of the plain run; scripts and figures in docs/benchmarks.md.
+// callback, with a Profiler, and with a Profiler, a TraceWriter and a TensorBoard callback;
+// and evaluate over the same 10 batches without and with a Profiler. The budget is
+// 1% of the plain run; scripts and figures in docs/benchmarks.md.
 //
 //   profile_overhead --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
 
@@ -51,8 +52,26 @@ void everything(benchmark::State& state) {
   });
 }
 
+void evaluate(benchmark::State& state, bool profiled) {
+  Model const model(1);
+  strata::Trainer<strata::Mirrored<2>> trainer;
+  for (auto _ : state) {
+    if (profiled)
+      benchmark::DoNotOptimize(trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, epoch_data(), batch_size,
+                                                strata::Profiler({.summary = false})));
+    else
+      benchmark::DoNotOptimize(trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, epoch_data(), batch_size));
+  }
+  state.counters["samples_per_second"] =
+      benchmark::Counter(double(state.iterations()) * double(epoch_data().size()), benchmark::Counter::kIsRate);
+}
+void evaluate_plain(benchmark::State& state) { evaluate(state, false); }
+void evaluate_profiler(benchmark::State& state) { evaluate(state, true); }
+
 }  // namespace
 
+BENCHMARK(evaluate_plain)->Name("Evaluate/plain")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(evaluate_profiler)->Name("Evaluate/Profiler")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(plain)->Name("Fit/plain")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(profiler)->Name("Fit/Profiler")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(everything)->Name("Fit/Profiler+TraceWriter+TensorBoard")->Unit(benchmark::kMillisecond)->UseRealTime();

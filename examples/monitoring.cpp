@@ -1,12 +1,15 @@
 // The flagship's model and data, watched: where each step's time goes, the memory
 // high-water, a trace timeline and TensorBoard curves (docs/monitoring.md).
 //
-//   monitoring [--epochs N] [--batch-size B] [--out DIR] [--update-freq N]
+//   monitoring [--epochs N] [--batch-size B] [--out DIR] [--update-freq N] [--profile-skip N] [--profile-steps N]
 //
 // writes DIR/trace.json (open it in ui.perfetto.dev or chrome://tracing), DIR/logs/
 // (`tensorboard --logdir DIR/logs`) and DIR/history.csv, and prints the profile summary after
-// training. The last line is `test_accuracy=0.xxxx`.
+// training, and that of the evaluation on the test set. --profile-skip and --profile-steps keep
+// the spans of a window of steps only (FitOptions::profile_steps): a long run's summary and
+// trace without its whole history in memory. The last line is `test_accuracy=0.xxxx`.
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -19,6 +22,7 @@ int main(int argc, char** argv) {
   int epochs = 5;
   int batch_size = 128;
   int update_freq = 50;
+  strata::profile::StepWindow window;
   std::filesystem::path out = "monitoring";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string const flag = argv[i];
@@ -26,8 +30,11 @@ int main(int argc, char** argv) {
     else if (flag == "--batch-size") batch_size = std::atoi(argv[i + 1]);
     else if (flag == "--update-freq") update_freq = std::atoi(argv[i + 1]);
     else if (flag == "--out") out = argv[i + 1];
+    else if (flag == "--profile-skip") window.skip = std::atoll(argv[i + 1]);
+    else if (flag == "--profile-steps") window.steps = std::atoll(argv[i + 1]);
     else {
-      std::cerr << "unknown flag " << flag << "; use --epochs N --batch-size B --out DIR --update-freq N\n";
+      std::cerr << "unknown flag " << flag
+                << "; use --epochs N --batch-size B --out DIR --update-freq N --profile-skip N --profile-steps N\n";
       return 2;
     }
   }
@@ -41,11 +48,12 @@ int main(int argc, char** argv) {
     std::cout << "Fashion-MNIST on " << trainer.num_replicas_in_sync() << " replicas, monitored into " << out << "\n";
 
     trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
-                {.epochs = epochs, .batch_size = batch_size, .validation = test, .seed = 7}, strata::ProgressBar{},
+                {.epochs = epochs, .batch_size = batch_size, .validation = test, .seed = 7, .profile_steps = window},
+                strata::ProgressBar{},
                 strata::Profiler{}, strata::TraceWriter{out / "trace.json"},
                 strata::TensorBoard{out / "logs", {.update_freq = update_freq}},
                 strata::CsvLogger{(out / "history.csv").string()});
-    auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);
+    auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test, 256, strata::Profiler{});
     std::cout << "wrote " << out / "trace.json" << ", " << out / "logs" << " and " << out / "history.csv" << '\n';
     std::cout << "test_accuracy=" << *result.accuracy << std::endl;
     return 0;

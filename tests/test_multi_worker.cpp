@@ -160,6 +160,26 @@ void check_evaluation() {
   CHECK((outputs - expected).cwiseAbs().maxCoeff() < 1e-5f);
   CHECK(same_on_every_process(std::vector<float>(outputs.data(), outputs.data() + outputs.size())));
 
+  // Profiled, the same figures; every worker is handed every worker's batches (9 of 24 samples).
+  Profiler profiler({.summary = false});
+  auto const profiled = multi.evaluate(model, SoftmaxCrossEntropy{}, data, 24, profiler);
+  CHECK(profiled.loss == mine.loss);
+  CHECK(*profiled.accuracy == *mine.accuracy);
+  auto const& run = profiler.run();
+  CHECK(run.activity == "evaluate");
+  CHECK(run.process == world_rank());
+  CHECK(run.workers == world_size());
+  CHECK(run.steps == 9);
+  CHECK(run.memory.size() == std::size_t(world_size()));
+  for (int w = 0; w < world_size(); ++w)
+    for (int r = 0; r < LocalN; ++r) {
+      int forwards = 0;
+      for (auto const& s : run.spans) forwards += s.worker == w && s.replica == r && s.phase == profile::Phase::forward;
+      CHECK(forwards == 9);
+    }
+  CHECK((multi.predict(model, data, 24, profiler) - outputs).cwiseAbs().maxCoeff() == 0.0f);
+  CHECK(profiler.run().activity == "predict");
+
   // fit's epoch figures (and validation) are the job's: the same on every process, and
   // those of one process training all the replicas.
   auto history = [&](auto& trainer) {

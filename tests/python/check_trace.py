@@ -2,9 +2,10 @@
 """Checks a strata trace file (TraceWriter) with Python's own JSON parser: the Chrome
 trace-event structure Perfetto and chrome://tracing read, one process per worker, a track per
 replica, every replica's forward/backward/update in every step, and (--collectives) each
-replica's all-reduce track. Prints "trace ok: N workers" on success.
+replica's all-reduce track, and (--steps N) N steps on each worker: a window of the run
+(FitOptions::profile_steps). Prints "trace ok: N workers" on success.
 
-    check_trace.py trace.json --workers 2 --replicas 2 [--collectives]
+    check_trace.py trace.json --workers 2 --replicas 2 [--collectives] [--steps N]
 """
 import argparse
 import collections
@@ -18,6 +19,7 @@ def main():
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--replicas", type=int, required=True)
     parser.add_argument("--collectives", action="store_true")
+    parser.add_argument("--steps", type=int, help="the steps each worker must have")
     args = parser.parse_args()
 
     with open(args.trace) as f:
@@ -34,6 +36,8 @@ def main():
     for w in range(args.workers):
         if steps[w] == 0:
             problems.append(f"worker {w} has no step spans")
+        if args.steps is not None and steps[w] != args.steps:
+            problems.append(f"worker {w} has {steps[w]} step spans, expected {args.steps}")
         for r in range(args.replicas):
             if threads.get((w, 1 + 2 * r)) != f"replica {r}":
                 problems.append(f"worker {w} has no track for replica {r}")

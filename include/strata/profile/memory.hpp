@@ -3,6 +3,7 @@
 // high-water mark) and what strata itself holds (the parameter arena, activations, workspaces,
 // device memory on Cuda).
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
@@ -19,6 +20,20 @@ struct Memory {
   std::int64_t workspaces = 0;   // bytes: whole workspaces (activations, gradients, scratch), all local replicas
   std::int64_t device = -1;      // bytes in use on the GPUs (Cuda), -1 on the CPU
 };
+
+// Adds what a device's replica passes hold to `m`: their workspaces and the activations in
+// them, and on Cuda the bytes in use on their GPUs.
+template <class Passes>
+void add_pass_memory(Passes& passes, Memory& m) {
+  for (auto& pass : passes) {
+    if constexpr (requires { pass.workspace().bytes(); }) {
+      m.activations += std::int64_t(pass.workspace().activation_bytes());
+      m.workspaces += std::int64_t(pass.workspace().bytes());
+    }
+    if constexpr (requires { pass.device_memory_used(); })  // one replica per GPU
+      m.device = std::max<std::int64_t>(m.device, 0) + std::int64_t(pass.device_memory_used());
+  }
+}
 
 // Fills `m.peak_rss` and `m.rss` for this process (Linux; zero where unreadable).
 inline void read_process_memory(Memory& m) {

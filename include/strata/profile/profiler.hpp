@@ -7,14 +7,14 @@
 //   double p99 = profiler.report().collectives->latency_ms.p99;
 //
 // A fit without a profiling callback (Profiler, TraceWriter, TensorBoard) reads no clock in
-// its steps.
+// its steps. `trainer.evaluate(model, loss, data, batch_size, profiler)` and `predict` profile
+// their batches too.
 
 #include <iostream>
 #include <ostream>
 
 #include "strata/profile/report.hpp"
 #include "strata/profile/run_profile.hpp"
-#include "strata/train/logs.hpp"
 
 namespace strata::profile {
 
@@ -27,11 +27,10 @@ class Profiler {
  public:
   explicit Profiler(ProfilerOptions options = {}) : options_(options) {}
 
-  void on_train_begin(train::TrainBegin const& info) { chief_ = info.chief(); }
   void on_profile(RunProfile const& run) {
     run_ = run;
     report_ = summarize(run_);
-    if (options_.summary && chief_) *options_.out << report_.table() << std::flush;
+    if (options_.summary && run.process == 0) *options_.out << report_.table() << std::flush;
   }
 
   // The last fit's figures, and every span it recorded (every worker's).
@@ -40,7 +39,6 @@ class Profiler {
 
  private:
   ProfilerOptions options_;
-  bool chief_ = true;
   RunProfile run_;
   Report report_;
 };

@@ -65,8 +65,11 @@ struct Collectives {
 };
 
 struct Report {
+  std::string activity = "fit";         // fit, evaluate or predict (a step: one batch)
   int workers = 1, world = 1;
-  std::int64_t steps = 0;
+  std::int64_t steps = 0;               // the profiled steps (FitOptions::profile_steps)
+  std::int64_t first_step = 0;          // the first of them, counted from the fit's start
+  std::int64_t run_steps = 0;           // the steps the fit trained
   double wall_seconds = 0.0;            // the chief's loop: data wait, steps, callbacks, validation
   std::vector<PhaseTime> phases;        // in Phase order, those that occurred
   std::vector<ReplicaTime> replicas;    // per worker and replica
@@ -83,14 +86,17 @@ struct Report {
   [[nodiscard]] std::string table() const {
     std::string out;
     char line[256];
-    std::snprintf(line, sizeof line, "Profile - %d replica%s (%d worker%s) - %lld steps - %.2fs\n", world,
-                  world == 1 ? "" : "s", workers, workers == 1 ? "" : "s", static_cast<long long>(steps), wall_seconds);
+    bool const fit = activity == "fit";
+    std::snprintf(line, sizeof line, "Profile%s%s - %d replica%s (%d worker%s) - %s - %.2fs\n", fit ? "" : " of ",
+                  fit ? "" : activity.c_str(), world, world == 1 ? "" : "s", workers, workers == 1 ? "" : "s",
+                  steps_text().c_str(), wall_seconds);
     out += line;
-    out += "  where the time went       ms/step    share\n";
+    out += fit ? "  where the time went       ms/step    share\n" : "  where the time went      ms/batch    share\n";
     for (PhaseTime const& t : phases) {
       if (t.phase == Phase::all_reduce) continue;
       bool const inner = !on_training_loop(t.phase);
-      std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name_of(t.phase),
+      char const* name = !fit && t.phase == Phase::step ? "batch" : name_of(t.phase);
+      std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name,
                     t.ms_per_step(steps), wall_seconds > 0 ? 100.0 * t.seconds / wall_seconds : 0.0);
       out += line;
     }
@@ -99,8 +105,9 @@ struct Report {
           replicas.begin(), replicas.end(),
           [](auto const& a, auto const& b) { return a.forward + a.backward < b.forward + b.backward; });
       auto ms = [&](ReplicaTime const& r) { return steps ? (r.forward + r.backward) * 1e3 / double(steps) : 0.0; };
-      std::snprintf(line, sizeof line, "  forward+backward per replica: %.3f ms (worker %d replica %d) to %.3f ms (worker %d replica %d)\n",
-                    ms(*fastest), fastest->worker, fastest->replica, ms(*slowest), slowest->worker, slowest->replica);
+      std::snprintf(line, sizeof line, "  %s per replica: %.3f ms (worker %d replica %d) to %.3f ms (worker %d replica %d)\n",
+                    fit ? "forward+backward" : "forward", ms(*fastest), fastest->worker, fastest->replica, ms(*slowest),
+                    slowest->worker, slowest->replica);
       out += line;
     }
     if (collectives) {
@@ -112,7 +119,7 @@ struct Report {
                     c.latency_ms.p90, c.latency_ms.p99, bytes_text(c.bytes_per_step).c_str(),
                     bytes_text(c.bus_bandwidth).c_str(), 100.0 * c.hidden);
       out += line;
-    } else {
+    } else if (fit) {
       out += "  all-reduce - none: the replicas sum each other's gradients in place\n";
     }
     std::snprintf(line, sizeof line, "  memory - peak RSS %s - arena %s - activations %s - workspaces %s",
@@ -122,6 +129,22 @@ struct Report {
     if (memory.device >= 0) out += " - device " + bytes_text(double(memory.device));
     out += '\n';
     return out;
+  }
+
+  // "469 steps", or for a window "steps 101-150 of 469" (1-based, as a progress bar counts).
+  [[nodiscard]] std::string steps_text() const {
+    char text[96];
+    if (activity != "fit")
+      std::snprintf(text, sizeof text, "%lld batch%s", static_cast<long long>(steps), steps == 1 ? "" : "es");
+    else if (steps == run_steps)
+      std::snprintf(text, sizeof text, "%lld steps", static_cast<long long>(steps));
+    else if (steps == 0)
+      std::snprintf(text, sizeof text, "no step profiled: profile_steps skips %lld steps, the fit trained %lld",
+                    static_cast<long long>(first_step), static_cast<long long>(run_steps));
+    else
+      std::snprintf(text, sizeof text, "steps %lld-%lld of %lld", static_cast<long long>(first_step + 1),
+                    static_cast<long long>(first_step + steps), static_cast<long long>(run_steps));
+    return text;
   }
 
   static std::string bytes_text(double bytes) {
@@ -136,9 +159,12 @@ struct Report {
 
 inline Report summarize(RunProfile const& run) {
   Report report;
+  report.activity = run.activity;
   report.workers = run.workers;
   report.world = run.world;
   report.steps = run.steps;
+  report.first_step = run.first_step;
+  report.run_steps = run.run_steps;
 
   std::vector<double> totals(phase_count, 0.0);
   std::vector<bool> seen(phase_count, false);

@@ -17,6 +17,19 @@
 
 namespace strata::profile {
 
+// The steps of a fit whose spans are kept for on_profile (Profiler's summary, TraceWriter's
+// trace): skip the first `skip` steps of the fit (warm-up), keep the next `steps`. A long run
+// keeps a bounded number of spans; on_step_profile still sees every step. Steps are the
+// micro-batches this fit trains, counted from 0 at its start (after a restore too).
+struct StepWindow {
+  std::int64_t skip = 0;
+  std::int64_t steps = std::numeric_limits<std::int64_t>::max();  // every step after the skipped ones
+
+  [[nodiscard]] bool whole_run() const { return skip == 0 && steps == std::numeric_limits<std::int64_t>::max(); }
+  // Whether step `step` of the fit (0-based) is kept.
+  [[nodiscard]] bool keeps(std::int64_t step) const { return step >= skip && step - skip < steps; }
+};
+
 // After every global batch, on every worker: this process's spans of it.
 struct StepProfile {
   int epoch = 0;
@@ -28,13 +41,19 @@ struct StepProfile {
   int world = 1;                  // replicas in sync across the job
 };
 
-// At the end of fit, on every worker: the run's spans of every worker, in worker order.
+// At the end of fit (or of a profiled evaluate or predict), on every worker: the run's spans of
+// every worker, in worker order. In evaluate and predict a step is a batch, and each replica's
+// `forward` its forward pass (and loss) of its shard.
 struct RunProfile {
+  std::string activity = "fit";  // fit, evaluate or predict
+  int process = 0;               // the worker this copy was handed to (0: the chief)
   int workers = 1;
   int local_replicas = 1;  // replica threads (or GPUs) per worker
   int world = 1;           // replicas in sync: local_replicas × workers
   std::string config;      // the policies, as Config::describe() writes them
-  std::int64_t steps = 0;  // micro-batches trained in this run (not those before a restore)
+  std::int64_t steps = 0;  // micro-batches whose spans are kept: the run's, or those in FitOptions::profile_steps
+  std::int64_t first_step = 0;  // the first kept step, counted from this fit's start (profile_steps.skip)
+  std::int64_t run_steps = 0;   // micro-batches trained in this fit (not those before a restore)
   std::vector<Span> spans;
   std::vector<Memory> memory;  // per worker, at the end of the run
 
@@ -46,10 +65,21 @@ struct RunProfile {
   }
 };
 
+// Drops the spans from spans[first] on whose step, counted from `origin` (the fit's first
+// micro-batch), is outside `window`.
+inline void keep_window(std::vector<Span>& spans, std::size_t first, StepWindow window, std::int64_t origin) {
+  if (window.whole_run()) return;
+  auto const from = spans.begin() + std::ptrdiff_t(first);
+  spans.erase(std::remove_if(from, spans.end(), [&](Span const& s) { return !window.keeps(s.step - origin); }),
+              spans.end());
+}
+
 // Callbacks that take part in profiling: having either hook turns the probe on for the run.
+// Spans are kept past their step only for a callback that reads the whole run.
 template <class C>
-concept ProfilingCallback = requires(C& c) { c.on_step_profile(StepProfile{}); } ||
-                            requires(C& c) { c.on_profile(RunProfile{}); };
+concept RunProfilingCallback = requires(C& c) { c.on_profile(RunProfile{}); };
+template <class C>
+concept ProfilingCallback = requires(C& c) { c.on_step_profile(StepProfile{}); } || RunProfilingCallback<C>;
 
 // Every process's `mine`, concatenated in process order, on every process (Processes:
 // strategy/processes.hpp). Collective: every process calls it.

@@ -16,7 +16,6 @@
 
 #include "strata/io/atomic_file.hpp"
 #include "strata/profile/run_profile.hpp"
-#include "strata/train/logs.hpp"
 
 namespace strata::profile {
 
@@ -36,7 +35,9 @@ inline std::string chrome_trace(RunProfile const& run) {
                   what, pid, tid, tid);
     out += event;
   };
-  out += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"strata\",\"config\":\"";
+  out += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"strata\",\"activity\":\"";
+  out += run.activity;
+  out += "\",\"config\":\"";
   out += run.config;
   out += "\"},\"traceEvents\":[\n";
   for (int w = 0; w < run.workers; ++w) {
@@ -72,9 +73,8 @@ class TraceWriter {
  public:
   explicit TraceWriter(std::filesystem::path path) : path_(std::move(path)) {}
 
-  void on_train_begin(train::TrainBegin const& info) { chief_ = info.chief(); }
   void on_profile(RunProfile const& run) {
-    if (!chief_) return;
+    if (run.process != 0) return;  // the chief writes every worker's tracks
     std::string const json = chrome_trace(run);
     io::write_file_atomically(path_, [&](io::FileWriter& file) { file.append(std::as_bytes(std::span(json))); });
   }
@@ -83,7 +83,6 @@ class TraceWriter {
 
  private:
   std::filesystem::path path_;
-  bool chief_ = true;
 };
 
 }  // namespace strata::profile

@@ -84,6 +84,10 @@ class BasicTrainer<Config> {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
               FitOptions const& options, Cs&&... callbacks) {
+    // No probe times the workers' and servers' steps yet: a summary or trace would be empty.
+    static_assert(!(profile::RunProfilingCallback<std::remove_cvref_t<Cs>> || ...),
+                  "strata::Profiler and strata::TraceWriter (callbacks with on_profile) are not built for "
+                  "strata::ParameterServer yet; TensorBoard writes its loss, accuracy and learning-rate scalars there");
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
     check_fit_options(options);
     check_dataset<Model>(loss, train, "fit: the training dataset");

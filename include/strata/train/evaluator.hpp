@@ -3,7 +3,8 @@
 // or the model's outputs (predict) — with each replica's ReplicaPass on its shard of every
 // batch, on any device (a device copies the next shard while this one computes). Under
 // mixed precision it computes as training does: on the weights rounded to the compute type,
-// with 16-bit activations.
+// with 16-bit activations. A profiled evaluator (Probe: profile/probe.hpp) times each batch's
+// wait for its data, the batch, and every replica's forward pass, as fit's step does.
 
 #include <algorithm>
 #include <array>
@@ -18,6 +19,8 @@
 #include "strata/core/tensor.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
+#include "strata/profile/memory.hpp"
+#include "strata/profile/probe.hpp"
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/strategy.hpp"
 #include "strata/train/logs.hpp"
@@ -53,13 +56,18 @@ Tally job_total(Processes& processes, Tally const& mine) {
 // batch (first = 0 and world = the local replicas in one process). `next` is the replica's
 // shard of the following batch (nullptr after the last), which a device evaluator copies
 // while it computes this one. *batch_start, when given, is the index of the current
-// batch's first sample.
-template <class Fn>
-void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int batch_size, int world, int first, Fn&& fn,
-                    std::int64_t* batch_start = nullptr) {
+// batch's first sample. `probe` times each batch (step k: batch k) and the wait for its data.
+template <class Probe, class Fn>
+void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int batch_size, int world, int first,
+                    Probe& probe, Fn&& fn, std::int64_t* batch_start = nullptr) {
   auto stream = data.batch(batch_size).stream(0, 0, 2);
+  std::int64_t index = 0;
+  auto fetch_begin = probe.now();
   for (data::Batch const *batch = stream->next(), *next = nullptr; batch; batch = next) {
+    probe.set_step(index++);
     next = stream->next();
+    auto const batch_begin = probe.now();
+    probe.record(-1, profile::Phase::data_wait, fetch_begin, batch_begin);
     strategy::DistributedBatch const distributed(*batch, world);
     auto task = [&](int r) {
       if (!next) return fn(distributed.shard(first + r), nullptr, r);
@@ -67,11 +75,13 @@ void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int bat
       fn(distributed.shard(first + r), &following, r);
     };
     group.run(task);
+    fetch_begin = probe.now();
+    probe.record(-1, profile::Phase::step, batch_begin, fetch_begin);
     if (batch_start) *batch_start += batch->size;
   }
 }
 
-template <class Config, class Model>
+template <class Config, class Model, class Probe = profile::NoProbe>
 class Evaluator {
  public:
   using device = typename Config::device;
@@ -123,6 +133,18 @@ class Evaluator {
     return out;
   }
 
+  [[nodiscard]] Probe& probe() { return probe_; }
+
+  // What it holds: the weights it reads (and their rounded copies under mixed precision), and
+  // its replicas' workspaces.
+  [[nodiscard]] profile::Memory memory() {
+    profile::Memory m;
+    m.arena = std::int64_t(model_->parameters().size() * sizeof(float));
+    if constexpr (!std::is_same_v<compute_type, float>) m.arena += std::int64_t(model_->parameters().size() * sizeof(float));
+    profile::add_pass_memory(passes_, m);
+    return m;
+  }
+
  private:
   // Calls fn(pass, replica, shard, staged, next) on every replica for every batch of `data`,
   // in order: `staged` says the replica's pass copied this shard ahead during the previous
@@ -132,13 +154,15 @@ class Evaluator {
     Model::check_input_width(data.feature_width());
     std::array<bool, num_replicas> staged{};
     for_each_shard(
-        *group_, data, batch_size_, world_, first_,
+        *group_, data, batch_size_, world_, first_, probe_,
         [&](strategy::Shard const& shard, strategy::Shard const* next, int r) {
+          auto const begin = probe_.now();
           Pass& pass = passes_[std::size_t(r)];
           [[maybe_unused]] auto const bound = pass.bind();
           [[maybe_unused]] auto const copy = bind_products_copy(weights_, r);
           fn(pass, r, shard, staged[std::size_t(r)], next);
           staged[std::size_t(r)] = Pass::copies_ahead && next != nullptr;
+          probe_.record(r, profile::Phase::forward, begin, probe_.now());
         },
         batch_start);
   }
@@ -150,6 +174,7 @@ class Evaluator {
   int world_, first_;  // shards of each batch in the job; this process's first
   ReplicaWeights<device, compute_type> weights_;  // what the forward passes read
   std::vector<Pass> passes_;
+  [[no_unique_address]] Probe probe_{};
 };
 
 }  // namespace strata::train

@@ -205,14 +205,7 @@ class StepRunner : public StepProgress<Config> {
       m.arena += std::int64_t(slot.size() * sizeof(float));
     });
     if constexpr (!std::is_same_v<compute_type, float>) m.arena += floats * std::int64_t(sizeof(float));  // rounded copy
-    for (Pass& pass : passes_) {
-      if constexpr (requires { pass.workspace().bytes(); }) {
-        m.activations += std::int64_t(pass.workspace().activation_bytes());
-        m.workspaces += std::int64_t(pass.workspace().bytes());
-      }
-      if constexpr (requires { pass.device_memory_used(); })  // one replica per GPU
-        m.device = std::max<std::int64_t>(m.device, 0) + std::int64_t(pass.device_memory_used());
-    }
+    profile::add_pass_memory(passes_, m);
     return m;
   }
 

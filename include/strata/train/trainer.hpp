@@ -7,6 +7,7 @@
 //   auto history = trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
 //                              {.epochs = 10, .batch_size = 128, .validation = test}, strata::ProgressBar{});
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <span>
@@ -45,6 +46,7 @@ struct FitOptions {
   std::uint64_t seed = 0;                     // shuffling and dropout
   int prefetch = 1;                           // shuffled batches gathered ahead on a background thread
   float clip_global_norm = 0.0f;              // > 0: clip the reduced gradient to this global L2 norm
+  profile::StepWindow profile_steps{};        // the steps whose spans on_profile receives (default: all)
 };
 
 // What every trainer (train::BasicTrainer, and ps/trainer.hpp's) checks and reports alike.
@@ -52,6 +54,12 @@ inline void check_fit_options(FitOptions const& options) {
   if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
   if (options.batch_size < 1)
     throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
+  if (options.profile_steps.skip < 0)
+    throw ConfigError(strata::detail::message("fit: profile_steps.skip ", options.profile_steps.skip,
+                                              " must be >= 0 (the steps to leave out before the profiled ones)"));
+  if (options.profile_steps.steps < 1)
+    throw ConfigError(strata::detail::message("fit: profile_steps.steps ", options.profile_steps.steps,
+                                              " must be >= 1; leave it out to profile every step after the skipped ones"));
 }
 
 template <class Model, class LossFn>
@@ -116,17 +124,22 @@ class BasicTrainer {
   }
 
   // Mean loss (and accuracy for classification) over `data`, distributed over the replicas.
-  template <class Model, nn::Loss LossFn>
-  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
+  // Profiling callbacks (Profiler, TraceWriter: those with on_profile) time its batches.
+  template <class Model, nn::Loss LossFn, class... Cs>
+  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256,
+                      Cs&&... callbacks) {
     check_dataset<Model>(loss, data, "evaluate: the dataset");
-    return ValidatorFor<Model>(strategy_, model, batch_size).evaluate(loss, data);
+    return infer("evaluate", model, batch_size, data, [&](auto& evaluator) { return evaluator.evaluate(loss, data); },
+                        callbacks...);
   }
 
-  // The model's outputs, output_width x data.size(), in dataset order.
-  template <class Model>
-  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
+  // The model's outputs, output_width x data.size(), in dataset order. Profiling callbacks
+  // as in evaluate.
+  template <class Model, class... Cs>
+  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256, Cs&&... callbacks) {
     if (data.empty()) throw DataError("predict: the dataset is empty");
-    return ValidatorFor<Model>(strategy_, model, batch_size).predict(data);
+    return infer("predict", model, batch_size, data, [&](auto& evaluator) { return evaluator.predict(data); },
+                        callbacks...);
   }
 
  private:
@@ -137,7 +150,9 @@ class BasicTrainer {
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
     if (options.validation) check_dataset<Model>(loss, *options.validation, "fit: the validation dataset");
     // Profiling callbacks turn the probe on; otherwise it is NoProbe, which reads no clock.
+    // Spans outlive their step only for a callback that reads the whole run (on_profile).
     constexpr bool profiled = (profile::ProfilingCallback<std::remove_cvref_t<Cs>> || ...);
+    constexpr bool keeps_spans = (profile::RunProfilingCallback<std::remove_cvref_t<Cs>> || ...);
     using Probe = std::conditional_t<profiled, profile::Probe<num_replicas>, profile::NoProbe>;
     RunnerFor<Model, Opt, LossFn, Probe> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
                                                 {options.clip_global_norm});
@@ -203,7 +218,8 @@ class BasicTrainer {
         logs.seconds = seconds_since(started);
         record(state, runner, epoch, logs.step, job_tally);
         if constexpr ((reads_state_on_batch_end<std::remove_cvref_t<Cs>> || ...)) runner.sync_to_host();
-        if constexpr (profiled) profile_step(runner, run, epoch, hooks, callbacks...);
+        if constexpr (profiled)
+          profile_step<keeps_spans>(runner, run, epoch, options.profile_steps, start.micro_batches, hooks, callbacks...);
         auto const callbacks_begin = probe.now();
         bool const stopping = strategy_.agree([&] { return hooks.batch_end(logs, state, callbacks...); });
         probe.record(-1, profile::Phase::callbacks, callbacks_begin, probe.now());
@@ -229,7 +245,8 @@ class BasicTrainer {
       state.progress.history = history.to_map();
       stop |= strategy_.agree([&] { return hooks.epoch_end(epoch_logs, state, callbacks...); });
     }
-    if constexpr (profiled) profile_run(runner, run, runner.micro_batches() - start.micro_batches, hooks, callbacks...);
+    if constexpr (keeps_spans)
+      profile_run(runner, run, options.profile_steps, start.micro_batches, hooks, callbacks...);
     strategy_.agree([&] {
       hooks.train_end(history, state, callbacks...);
       return false;
@@ -237,10 +254,39 @@ class BasicTrainer {
     return history;
   }
 
+  // Runs `work` on an evaluator of `model`: a plain one, or, under profiling callbacks, one
+  // whose probe times every batch; its spans then go to the callbacks (collective).
+  template <class Model, class Work, class... Cs>
+  auto infer(char const* activity, Model const& model, int batch_size, data::Dataset const& data, Work&& work,
+             Cs&... callbacks) -> decltype(work(std::declval<ValidatorFor<Model>&>())) {
+    static_assert((profile::RunProfilingCallback<std::remove_cvref_t<Cs>> && ...),
+                  "evaluate and predict take profiling callbacks only (those with on_profile: strata::Profiler, "
+                  "strata::TraceWriter); pass the others to fit");
+    if constexpr (sizeof...(Cs) == 0) {
+      ValidatorFor<Model> evaluator(strategy_, model, batch_size);
+      return work(evaluator);
+    } else {
+      Evaluator<Config, Model, profile::Probe<num_replicas>> evaluator(strategy_, model, batch_size);
+      strategy_.agree([] { return false; });  // the workers start their clocks together
+      evaluator.probe().start(profile::Clock::now(), strategy_.processes().process());
+      auto result = work(evaluator);
+      profile::RunProfile run;
+      run.activity = activity;
+      evaluator.probe().drain(run.spans);
+      run.steps = run.run_steps = (std::int64_t(data.size()) + batch_size - 1) / batch_size;
+      profile::Memory memory = evaluator.memory();
+      profile::read_process_memory(memory);
+      finish_profile(run, memory, detail::Callbacks<std::remove_cvref_t<Cs>...>{}, callbacks...);
+      return result;
+    }
+  }
+
   // After a profiled step: its spans to the profiling callbacks, with the memory, learning
-  // rate and loss scale of this moment.
-  template <class Runner, class Hooks, class... Cs>
-  void profile_step(Runner& runner, profile::RunProfile& run, int epoch, Hooks const& hooks, Cs&... callbacks) {
+  // rate and loss scale of this moment; then the spans are kept for the run's end if a
+  // callback reads it and they are in the window. `origin`: the fit's first micro-batch.
+  template <bool KeepsSpans, class Runner, class Hooks, class... Cs>
+  void profile_step(Runner& runner, profile::RunProfile& run, int epoch, profile::StepWindow window,
+                    std::int64_t origin, Hooks const& hooks, Cs&... callbacks) {
     std::size_t const first = run.spans.size();
     runner.probe().drain(run.spans);
     profile::StepProfile step{epoch,
@@ -253,21 +299,36 @@ class BasicTrainer {
     if (auto const scale = runner.loss_scale()) step.loss_scale = scale->scale;
     profile::read_process_memory(step.memory);
     hooks.step_profile(step, callbacks...);
+    if constexpr (KeepsSpans) profile::keep_window(run.spans, first, window, origin);
+    else run.spans.resize(first);
   }
 
   // At the end of a profiled fit: every worker's spans and memory, merged, to the profiling
   // callbacks on every worker (collective).
   template <class Runner, class Hooks, class... Cs>
-  void profile_run(Runner& runner, profile::RunProfile& run, std::int64_t steps, Hooks const& hooks, Cs&... callbacks) {
-    auto& processes = strategy_.processes();
+  void profile_run(Runner& runner, profile::RunProfile& run, profile::StepWindow window, std::int64_t origin,
+                   Hooks const& hooks, Cs&... callbacks) {
+    std::size_t const first = run.spans.size();
     runner.probe().drain(run.spans);
+    profile::keep_window(run.spans, first, window, origin);
+    run.run_steps = runner.micro_batches() - origin;
+    run.first_step = window.skip;
+    run.steps = std::clamp(run.run_steps - window.skip, std::int64_t{0}, window.steps);
+    profile::Memory memory = runner.memory();
+    profile::read_process_memory(memory);
+    finish_profile(run, memory, hooks, callbacks...);
+  }
+
+  // Every worker's spans and memory, merged, to the profiling callbacks on every worker
+  // (collective): the end of a profiled fit, evaluate or predict.
+  template <class Hooks, class... Cs>
+  void finish_profile(profile::RunProfile& run, profile::Memory const& memory, Hooks const& hooks, Cs&... callbacks) {
+    auto& processes = strategy_.processes();
+    run.process = processes.process();
     run.workers = processes.processes();
     run.local_replicas = num_replicas;
     run.world = num_replicas_in_sync();
     run.config = Config::describe();
-    run.steps = steps;
-    profile::Memory memory = runner.memory();
-    profile::read_process_memory(memory);
     run.memory = profile::gather_all(processes, std::vector<profile::Memory>{memory});
     run.spans = profile::gather_all(processes, run.spans);
     strategy_.agree([&] {
