@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,151 @@ TEST_CASE("the summary is printed at the end of fit on request, and not when tur
   CHECK(off.str().empty());
 }
 
+TEST_CASE("FitOptions::profile_steps keeps the spans of a window of steps; on_step_profile still sees every step") {
+  struct StepCounter {
+    std::int64_t steps = 0;
+    void on_step_profile(profile::StepProfile const& p) { steps += p.spans.empty() ? 0 : 1; }
+  };
+  // 600 samples in batches of 50: 12 steps an epoch, 24 in two; keep steps 5 to 14.
+  FitOptions options{.epochs = 2, .batch_size = 50, .validation = fashion().take(200), .seed = 3,
+                     .profile_steps = {.skip = 5, .steps = 10}};
+  Profiler profiler({.summary = false});
+  StepCounter counter;
+  auto const windowed = fit_weights<Trainer<Mirrored<2>>>(options, profiler, counter);
+  options.profile_steps = {};
+  CHECK(windowed == fit_weights<Trainer<Mirrored<2>>>(options));
+  CHECK(counter.steps == 24);
+
+  auto const& run = profiler.run();
+  CHECK(run.steps == 10);
+  CHECK(run.first_step == 5);
+  CHECK(run.run_steps == 24);
+  std::map<profile::Phase, std::set<std::int64_t>> steps_of;
+  for (auto const& s : run.spans) {
+    CHECK(s.step >= 5);
+    CHECK(s.step < 15);
+    steps_of[s.phase].insert(s.step);
+  }
+  auto const count = census(run);
+  using P = profile::Phase;
+  for (int r = 0; r < 2; ++r)
+    for (P p : {P::forward, P::backward, P::gradient_wait, P::update}) CHECK(count.at({p, r}) == 10);
+  for (P p : {P::data_wait, P::step, P::callbacks}) {
+    CHECK(count.at({p, -1}) == 10);
+    CHECK(steps_of[p].size() == 10);
+  }
+  CHECK(count.at({P::validation, -1}) == 1);  // the first epoch's ends at step 11; the second's, at 23, is outside
+
+  auto const& report = profiler.report();
+  CHECK(report.steps == 10);
+  CHECK(report.seconds_of(P::forward).value_or(0.0) > 0.0);
+  CHECK_MESSAGE(report.table().find("Profile - 2 replicas (1 worker) - steps 6-15 of 24") == 0, report.table());
+
+  // A window past the end keeps nothing and says so.
+  Profiler late({.summary = false});
+  fit_weights<Trainer<OneDevice>>({.epochs = 1, .batch_size = 100, .profile_steps = {.skip = 100}}, late);
+  CHECK(late.run().spans.empty());
+  CHECK(late.report().steps == 0);
+  CHECK_MESSAGE(late.report().table().find("no step profiled: profile_steps skips 100 steps, the fit trained 6") !=
+                    std::string::npos,
+                late.report().table());
+
+  // The last steps only: the window's end need not be named.
+  Profiler tail({.summary = false});
+  fit_weights<Trainer<OneDevice>>({.epochs = 1, .batch_size = 100, .profile_steps = {.skip = 4}}, tail);
+  CHECK(tail.report().steps == 2);
+  CHECK(census(tail.run()).at({P::step, -1}) == 2);
+}
+
+TEST_CASE("evaluate and predict under a Profiler or TraceWriter time every batch and every replica's forward pass") {
+  Model model(42);
+  Trainer<Mirrored<2>> trainer;
+  auto const& data = fashion();
+  auto const plain = trainer.evaluate(model, SoftmaxCrossEntropy{}, data, 100);
+  std::ostringstream out;
+  Profiler profiler({.out = &out});
+  auto const profiled = trainer.evaluate(model, SoftmaxCrossEntropy{}, data, 100, profiler);
+  CHECK(profiled.loss == plain.loss);  // timing changes nothing computed
+  CHECK(*profiled.accuracy == *plain.accuracy);
+
+  auto const& run = profiler.run();
+  CHECK(run.activity == "evaluate");
+  CHECK(run.steps == 6);  // 600 samples in batches of 100
+  using P = profile::Phase;
+  auto const count = census(run);
+  CHECK(count.at({P::forward, 0}) == 6);
+  CHECK(count.at({P::forward, 1}) == 6);
+  CHECK(count.at({P::data_wait, -1}) == 6);
+  CHECK(count.at({P::step, -1}) == 6);
+  CHECK(count.size() == 4);  // no backward, update or collective
+  std::map<std::int64_t, profile::Span> batches;
+  for (auto const& s : run.spans)
+    if (s.phase == P::step) batches[s.step] = s;
+  for (auto const& s : run.spans)
+    if (s.phase == P::forward) {  // inside its batch
+      CHECK(s.begin_ns >= batches.at(s.step).begin_ns);
+      CHECK(s.end_ns <= batches.at(s.step).end_ns);
+    }
+  auto const& report = profiler.report();
+  CHECK(report.memory.arena == std::int64_t(Model(1).parameters().size() * sizeof(float)));  // the weights it reads
+  CHECK(report.memory.workspaces > 0);
+  std::string const table = out.str();
+  CHECK_MESSAGE(table.find("Profile of evaluate - 2 replicas (1 worker) - 6 batches") == 0, table);
+  CHECK(table.find("ms/batch") != std::string::npos);
+  CHECK(table.find("forward per replica") != std::string::npos);
+  CHECK(table.find("all-reduce") == std::string::npos);
+
+  TempDir const scratch;
+  auto const path = scratch.path / "predict.json";
+  Matrix const outputs = trainer.predict(model, data, 128, TraceWriter{path}, profiler);
+  CHECK(outputs == trainer.predict(model, data, 128));
+  CHECK(profiler.run().activity == "predict");
+  CHECK(profiler.run().steps == 5);  // 600 in batches of 128: the last holds 88
+  std::ifstream in(path);
+  auto const trace = nlohmann::json::parse(in);
+  CHECK(trace["otherData"]["activity"] == "predict");
+  int forwards = 0;
+  for (auto const& e : trace["traceEvents"]) forwards += e["name"] == "forward";
+  CHECK(forwards == 10);
+}
+
+TEST_CASE("a restored fit counts its profile window from where it restarts") {
+  struct CrashAt {  // a crash fit cannot catch, after the backup at step `step`
+    std::int64_t step;
+    void on_batch_end(BatchLogs const&, io::TrainingState const& s) {
+      if (s.progress.step == step) throw std::runtime_error("simulated crash");
+    }
+  };
+  TempDir const scratch;
+  BackupAndRestore backup{.directory = scratch.path / "backup", .every_steps = 4};
+  FitOptions const options{.epochs = 2, .batch_size = 100, .seed = 5, .profile_steps = {.skip = 2, .steps = 3}};
+  Model model(42);
+  CHECK_THROWS_WITH(Trainer<OneDevice>().fit(model, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup, CrashAt{4}),
+                    "simulated crash");
+  Profiler profiler({.summary = false});
+  Trainer<OneDevice>().fit(model, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup, profiler);
+  REQUIRE(backup.restored);
+  auto const& run = profiler.run();
+  CHECK(run.run_steps == 8);  // 12 steps in two epochs, 4 of them before the crash
+  CHECK(run.steps == 3);
+  for (auto const& s : run.spans) {  // the run's micro-batches 4 + 2 to 4 + 4
+    CHECK(s.step >= 6);
+    CHECK(s.step <= 8);
+  }
+  CHECK(census(run).at({profile::Phase::step, -1}) == 3);
+}
+
+TEST_CASE("a profile window that cannot hold a step is a ConfigError naming the value") {
+  Model model(1);
+  Trainer<OneDevice> trainer;
+  auto fit = [&](profile::StepWindow window) {
+    trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(100), {.batch_size = 100, .profile_steps = window},
+                Profiler({.summary = false}));
+  };
+  CHECK_THROWS_WITH_AS(fit({.skip = -1}), doctest::Contains("profile_steps.skip -1 must be >= 0"), ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.steps = 0}), doctest::Contains("profile_steps.steps 0 must be >= 1"), ConfigError);
+}
+
 TEST_CASE("step profiles come before on_batch_end with this step's spans, the learning rate and memory") {
   struct Recorder {
     std::vector<std::int64_t> steps;
@@ -187,7 +334,7 @@ TEST_CASE("buckets crossing a Communicator are timed: count, bytes, latency and 
     runner.train_on_batch(batch);
     runner.probe().drain(run.spans);
   }
-  run.steps = 4;
+  run.steps = run.run_steps = 4;
   auto const buckets = runner.gradient_sync().bucket_plan().buckets();
   REQUIRE(buckets.size() > 1);  // 4 KiB buckets: the layers' tensors in several
   auto const count = census(run);
