@@ -200,6 +200,30 @@ void check_evaluation() {
 }
 }  // namespace
 
+TEST_CASE("a profile window keeps the same steps on every worker, and every worker is handed all of them") {
+  Mlp model(3);
+  Trainer<MultiWorkerMirrored<1>> trainer;
+  Profiler profiler({.summary = false});
+  trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, synthetic(480),
+              {.epochs = 1, .batch_size = 24, .seed = 5, .profile_steps = {.skip = 7, .steps = 4}}, profiler);
+  auto const& run = profiler.run();
+  CHECK(run.process == world_rank());
+  CHECK(run.workers == world_size());
+  CHECK(run.run_steps == 20);
+  CHECK(run.steps == 4);
+  for (int w = 0; w < world_size(); ++w) {
+    std::vector<std::int64_t> steps;
+    for (auto const& s : run.spans)
+      if (s.worker == w && s.phase == profile::Phase::step) steps.push_back(s.step);
+    CHECK(steps == std::vector<std::int64_t>{7, 8, 9, 10});
+  }
+  for (auto const& s : run.spans) {
+    CHECK(s.step >= 7);
+    CHECK(s.step <= 10);
+  }
+  CHECK(run.memory.size() == std::size_t(world_size()));
+}
+
 TEST_CASE("evaluation, prediction and fit's figures divide the data among the workers and count every sample once") {
   if (world_size() == 2) check_evaluation<2, 4>();
   else if (world_size() == 3) check_evaluation<1, 3>();
