@@ -98,6 +98,7 @@ using train::FitOptions;
 using train::History;
 using train::LossScaleState;
 using train::ModelCheckpoint;
+using profile::LoopProfiler;
 using profile::Profiler;
 using profile::ProfilerOptions;
 using profile::TraceWriter;

@@ -384,6 +384,33 @@ TEST_CASE("Strategy<MultiWorkerMirrored> runs custom loops across processes: dis
   else if (world_size() == 3) check_custom_loop<1, 3>();
 }
 
+TEST_CASE("LoopProfiler across processes: every worker is handed every worker's steps and replicas' runs") {
+  Strategy<MultiWorkerMirrored<2>> strategy;
+  Profiler profiler({.summary = false});
+  LoopProfiler loop(strategy);
+  for (auto const& batch : strategy.distribute(synthetic(96).batch(8 * world_size()))) {
+    auto const step = loop.step();
+    strategy.run([](auto& ctx, Shard const& shard) {
+      float n[1] = {float(shard.size)};
+      ctx.all_reduce(std::span<float>(n), ReduceOp::sum);
+    }, batch);
+  }
+  loop.finish(profiler);
+  auto const& run = profiler.run();
+  CHECK(run.activity == "custom loop");
+  CHECK(run.process == world_rank());
+  CHECK(run.workers == world_size());
+  CHECK(run.world == 2 * world_size());
+  std::int64_t const steps = (96 + 8 * world_size() - 1) / (8 * world_size());
+  CHECK(run.steps == steps);
+  for (int w = 0; w < world_size(); ++w)
+    for (int r = 0; r < 2; ++r) {
+      std::int64_t runs = 0;
+      for (auto const& s : run.spans) runs += s.worker == w && s.replica == r && s.phase == profile::Phase::run;
+      CHECK(runs == steps);
+    }
+}
+
 namespace {
 struct OnBatchEnd {
   std::function<void(BatchLogs const&)> call;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -268,6 +269,78 @@ TEST_CASE("a restored fit counts its profile window from where it restarts") {
     CHECK(s.step <= 8);
   }
   CHECK(census(run).at({profile::Phase::step, -1}) == 3);
+}
+
+TEST_CASE("LoopProfiler times a custom loop's steps and every replica's run function, and leaves the results alone") {
+  auto const& data = fashion();
+  auto loop_body = [](auto& ctx, Shard const& shard) {  // the shard's feature sum, all-reduced: a real collective
+    float sum[1] = {std::accumulate(shard.features.data, shard.features.data + shard.features.size(), 0.0f)};
+    ctx.all_reduce(std::span<float>(sum), ReduceOp::sum);
+    return double(sum[0]);
+  };
+  Strategy<Mirrored<2>> strategy;
+  std::vector<double> plain;
+  for (auto const& batch : strategy.distribute(data.batch(100))) plain.push_back(strategy.run(loop_body, batch)[0]);
+
+  std::ostringstream out;
+  Profiler profiler({.out = &out});
+  std::vector<double> profiled;
+  {
+    LoopProfiler loop(strategy);
+    CHECK(strategy.probe_attached());
+    for (auto const& batch : strategy.distribute(data.batch(100))) {
+      auto const step = loop.step();
+      CHECK_THROWS_WITH_AS((void)loop.step(), doctest::Contains("the previous step is still open"), ConfigError);
+      profiled.push_back(strategy.run(loop_body, batch)[1]);
+    }
+    strategy.run([](auto&) {});  // outside a step: timed, counted with the last step
+    loop.finish(profiler);
+    CHECK_FALSE(strategy.probe_attached());
+    CHECK_THROWS_WITH_AS(loop.finish(profiler), doctest::Contains("already finished"), ConfigError);
+  }
+  CHECK(profiled == plain);  // every replica's all-reduced sum, the same with the probe
+
+  auto const& run = profiler.run();
+  CHECK(run.activity == "custom loop");
+  CHECK(run.steps == 6);
+  CHECK(run.config.find("Mirrored<2>") != std::string::npos);
+  using P = profile::Phase;
+  auto const count = census(run);
+  CHECK(count.at({P::step, -1}) == 6);
+  CHECK(count.at({P::data_wait, -1}) == 6);
+  CHECK(count.at({P::run, 0}) == 7);
+  CHECK(count.at({P::run, 1}) == 7);
+  CHECK(count.size() == 4);
+  std::map<std::int64_t, profile::Span> steps;
+  for (auto const& s : run.spans)
+    if (s.phase == P::step) steps[s.step] = s;
+  for (auto const& s : run.spans)
+    if (s.phase == P::run && s.end_ns <= steps.at(5).end_ns) {  // the runs inside steps lie inside them
+      CHECK(s.begin_ns >= steps.at(s.step).begin_ns);
+      CHECK(s.end_ns <= steps.at(s.step).end_ns);
+    }
+  std::string const table = out.str();
+  CHECK_MESSAGE(table.find("Profile of custom loop - 2 replicas (1 worker) - 6 steps") == 0, table);
+  CHECK(table.find("run per replica") != std::string::npos);
+  CHECK(table.find("arena") == std::string::npos);  // a custom loop's buffers are its own
+
+  // A window; a second profiler on a profiled strategy; untimed once it is gone.
+  {
+    Profiler windowed({.summary = false});
+    LoopProfiler loop(strategy, {.skip = 2, .steps = 2});
+    CHECK_THROWS_WITH_AS(LoopProfiler{strategy}, doctest::Contains("already profiled by another LoopProfiler"),
+                         ConfigError);
+    for (int i = 0; i < 5; ++i) {
+      auto const step = loop.step();
+      strategy.run([](auto&) {});
+    }
+    loop.finish(windowed);
+    CHECK(windowed.run().steps == 2);
+    CHECK(windowed.run().run_steps == 5);
+    CHECK(census(windowed.run()).at({P::run, 0}) == 2);
+  }
+  CHECK_FALSE(strategy.probe_attached());
+  CHECK_THROWS_AS((LoopProfiler{strategy, {.steps = 0}}), ConfigError);
 }
 
 TEST_CASE("a profile window that cannot hold a step is a ConfigError naming the value") {

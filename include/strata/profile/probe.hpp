@@ -33,8 +33,9 @@ enum class Phase : std::uint8_t {
   all_reduce,     // one gradient bucket's collective
   callbacks,      // the callbacks' on_batch_end
   validation,     // evaluation on FitOptions::validation at the end of an epoch
+  run,            // one replica's function in Strategy::run (a custom loop: profile/loop_profiler.hpp)
 };
-inline constexpr int phase_count = 9;
+inline constexpr int phase_count = 10;
 
 // The phases the training loop runs (the rest run on replica threads): what adds up to the
 // wall time of a run.
@@ -43,8 +44,9 @@ constexpr bool on_training_loop(Phase p) {
 }
 
 inline char const* name_of(Phase p) {
-  constexpr std::array<char const*, phase_count> names = {"data wait", "step",     "forward",   "backward", "gradient wait",
-                                                          "update",    "all-reduce", "callbacks", "validation"};
+  constexpr std::array<char const*, phase_count> names = {"data wait", "step",      "forward",   "backward",
+                                                          "gradient wait", "update", "all-reduce", "callbacks",
+                                                          "validation", "run"};
   return names[std::size_t(p)];
 }
 

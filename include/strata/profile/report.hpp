@@ -53,6 +53,8 @@ struct PhaseTime {
 struct ReplicaTime {
   int worker = 0, replica = 0;
   double forward = 0.0, backward = 0.0, gradient_wait = 0.0, update = 0.0;
+  double run = 0.0;  // a custom loop's Strategy::run functions
+  [[nodiscard]] double compute() const { return forward + backward + run; }
 };
 
 struct Collectives {
@@ -65,7 +67,7 @@ struct Collectives {
 };
 
 struct Report {
-  std::string activity = "fit";         // fit, evaluate or predict (a step: one batch)
+  std::string activity = "fit";         // fit, evaluate, predict (a step: one batch) or custom loop
   int workers = 1, world = 1;
   std::int64_t steps = 0;               // the profiled steps (FitOptions::profile_steps)
   std::int64_t first_step = 0;          // the first of them, counted from the fit's start
@@ -91,23 +93,23 @@ struct Report {
                   fit ? "" : activity.c_str(), world, world == 1 ? "" : "s", workers, workers == 1 ? "" : "s",
                   steps_text().c_str(), wall_seconds);
     out += line;
-    out += fit ? "  where the time went       ms/step    share\n" : "  where the time went      ms/batch    share\n";
+    out += per_batch() ? "  where the time went      ms/batch    share\n" : "  where the time went       ms/step    share\n";
     for (PhaseTime const& t : phases) {
       if (t.phase == Phase::all_reduce) continue;
       bool const inner = !on_training_loop(t.phase);
-      char const* name = !fit && t.phase == Phase::step ? "batch" : name_of(t.phase);
+      char const* name = per_batch() && t.phase == Phase::step ? "batch" : name_of(t.phase);
       std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name,
                     t.ms_per_step(steps), wall_seconds > 0 ? 100.0 * t.seconds / wall_seconds : 0.0);
       out += line;
     }
     if (replicas.size() > 1) {
       auto const [fastest, slowest] = std::minmax_element(
-          replicas.begin(), replicas.end(),
-          [](auto const& a, auto const& b) { return a.forward + a.backward < b.forward + b.backward; });
-      auto ms = [&](ReplicaTime const& r) { return steps ? (r.forward + r.backward) * 1e3 / double(steps) : 0.0; };
+          replicas.begin(), replicas.end(), [](auto const& a, auto const& b) { return a.compute() < b.compute(); });
+      auto ms = [&](ReplicaTime const& r) { return steps ? r.compute() * 1e3 / double(steps) : 0.0; };
+      char const* what = fit ? "forward+backward" : activity == "custom loop" ? "run" : "forward";
       std::snprintf(line, sizeof line, "  %s per replica: %.3f ms (worker %d replica %d) to %.3f ms (worker %d replica %d)\n",
-                    fit ? "forward+backward" : "forward", ms(*fastest), fastest->worker, fastest->replica, ms(*slowest),
-                    slowest->worker, slowest->replica);
+                    what, ms(*fastest), fastest->worker, fastest->replica, ms(*slowest), slowest->worker,
+                    slowest->replica);
       out += line;
     }
     if (collectives) {
@@ -122,19 +124,22 @@ struct Report {
     } else if (fit) {
       out += "  all-reduce - none: the replicas sum each other's gradients in place\n";
     }
-    std::snprintf(line, sizeof line, "  memory - peak RSS %s - arena %s - activations %s - workspaces %s",
-                  bytes_text(double(memory.peak_rss)).c_str(), bytes_text(double(memory.arena)).c_str(),
-                  bytes_text(double(memory.activations)).c_str(), bytes_text(double(memory.workspaces)).c_str());
-    out += line;
+    out += "  memory - peak RSS " + bytes_text(double(memory.peak_rss));
+    if (memory.arena > 0)  // a custom loop's own buffers are not strata's to count
+      out += " - arena " + bytes_text(double(memory.arena)) + " - activations " +
+             bytes_text(double(memory.activations)) + " - workspaces " + bytes_text(double(memory.workspaces));
     if (memory.device >= 0) out += " - device " + bytes_text(double(memory.device));
     out += '\n';
     return out;
   }
 
+  // evaluate and predict count batches; fit and custom loops, steps.
+  [[nodiscard]] bool per_batch() const { return activity == "evaluate" || activity == "predict"; }
+
   // "469 steps", or for a window "steps 101-150 of 469" (1-based, as a progress bar counts).
   [[nodiscard]] std::string steps_text() const {
     char text[96];
-    if (activity != "fit")
+    if (per_batch())
       std::snprintf(text, sizeof text, "%lld batch%s", static_cast<long long>(steps), steps == 1 ? "" : "es");
     else if (steps == run_steps)
       std::snprintf(text, sizeof text, "%lld steps", static_cast<long long>(steps));
@@ -185,6 +190,7 @@ inline Report summarize(RunProfile const& run) {
       case Phase::backward: r.backward += t; break;
       case Phase::gradient_wait: r.gradient_wait += t; break;
       case Phase::update: r.update += t; break;
+      case Phase::run: r.run += t; break;
       default: break;
     }
   }
@@ -195,6 +201,7 @@ inline Report summarize(RunProfile const& run) {
     totals[std::size_t(Phase::backward)] += r.backward / n;
     totals[std::size_t(Phase::gradient_wait)] += r.gradient_wait / n;
     totals[std::size_t(Phase::update)] += r.update / n;
+    totals[std::size_t(Phase::run)] += r.run / n;
   }
   for (int p = 0; p < phase_count; ++p) {
     if (on_training_loop(Phase(p))) report.wall_seconds += totals[std::size_t(p)];

@@ -32,6 +32,7 @@
 #include "strata/core/intra_op.hpp"
 #include "strata/data/batch.hpp"
 #include "strata/policy/config.hpp"
+#include "strata/profile/probe.hpp"
 #include "strata/strategy/distribute.hpp"
 #include "strata/strategy/epoch_input.hpp"
 #include "strata/strategy/worker_input.hpp"
@@ -219,6 +220,11 @@ class BasicStrategy {
     }
   }
 
+  // Times every replica's function in run() with `probe` (nullptr: untimed); what a
+  // profile::LoopProfiler does while it lives.
+  void attach_probe(profile::Probe<num_replicas>* probe) { probe_ = probe; }
+  [[nodiscard]] bool probe_attached() const { return probe_ != nullptr; }
+
   // The replica threads, for code (like the Trainer) that cooperates on shared buffers.
   [[nodiscard]] comm::ThreadGroup& group() { return group_; }
   // The job's processes: this one alone, or (MultiWorkerMirrored) those of the MPI job.
@@ -230,17 +236,29 @@ class BasicStrategy {
   auto run_replicas(F&& fn) {
     make_communicators();
     using Result = std::invoke_result_t<F&, context_type&>;
+    // A replica's function, timed when a probe is attached.
+    auto timed = [&](int replica, auto&& call) {
+      if (!probe_) return call();
+      auto const begin = probe_->now();
+      struct Record {  // also when the function throws
+        profile::Probe<num_replicas>* probe;
+        int replica;
+        std::int64_t begin;
+        ~Record() { probe->record(replica, profile::Phase::run, begin, probe->now()); }
+      } const record{probe_, replica, begin};
+      return call();
+    };
     if constexpr (std::is_void_v<Result>) {
       auto task = [&](int replica) {
         context_type context(communicators_[std::size_t(replica)], replica, num_replicas);
-        fn(context);
+        timed(replica, [&] { fn(context); });
       };
       group_.run(task);
     } else {
       PerReplica<Result, num_replicas> results;
       auto task = [&](int replica) {
         context_type context(communicators_[std::size_t(replica)], replica, num_replicas);
-        results[replica] = fn(context);
+        timed(replica, [&] { results[replica] = fn(context); });
       };
       group_.run(task);
       return results;
@@ -316,6 +334,7 @@ class BasicStrategy {
   comm::ThreadGroup group_;
   processes_type processes_;
   std::vector<communicator_type> communicators_;
+  profile::Probe<num_replicas>* probe_ = nullptr;
 };
 
 }  // namespace strata::strategy
