@@ -339,6 +339,16 @@ TEST_CASE("LoopProfiler times a custom loop's steps and every replica's run func
     CHECK(windowed.run().run_steps == 5);
     CHECK(census(windowed.run()).at({P::run, 0}) == 2);
   }
+  {
+    Profiler late({.summary = false});
+    LoopProfiler loop(strategy, {.skip = 9});
+    for (int i = 0; i < 3; ++i) auto const step = loop.step();
+    loop.finish(late);
+    CHECK(late.run().spans.empty());
+    CHECK_MESSAGE(late.report().table().find("no step profiled: the window skips 9 steps, the loop ran 3") !=
+                      std::string::npos,
+                  late.report().table());
+  }
   CHECK_FALSE(strategy.probe_attached());
   CHECK_THROWS_AS((LoopProfiler{strategy, {.steps = 0}}), ConfigError);
 }

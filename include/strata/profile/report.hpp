@@ -144,8 +144,9 @@ struct Report {
     else if (steps == run_steps)
       std::snprintf(text, sizeof text, "%lld steps", static_cast<long long>(steps));
     else if (steps == 0)
-      std::snprintf(text, sizeof text, "no step profiled: profile_steps skips %lld steps, the fit trained %lld",
-                    static_cast<long long>(first_step), static_cast<long long>(run_steps));
+      std::snprintf(text, sizeof text, "no step profiled: %s skips %lld steps, the %s %lld",
+                    activity == "fit" ? "profile_steps" : "the window", static_cast<long long>(first_step),
+                    activity == "fit" ? "fit trained" : "loop ran", static_cast<long long>(run_steps));
     else
       std::snprintf(text, sizeof text, "steps %lld-%lld of %lld", static_cast<long long>(first_step + 1),
                     static_cast<long long>(first_step + steps), static_cast<long long>(run_steps));

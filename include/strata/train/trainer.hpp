@@ -130,7 +130,7 @@ class BasicTrainer {
                       Cs&&... callbacks) {
     check_dataset<Model>(loss, data, "evaluate: the dataset");
     return infer("evaluate", model, batch_size, data, [&](auto& evaluator) { return evaluator.evaluate(loss, data); },
-                        callbacks...);
+                 callbacks...);
   }
 
   // The model's outputs, output_width x data.size(), in dataset order. Profiling callbacks
@@ -139,7 +139,7 @@ class BasicTrainer {
   Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256, Cs&&... callbacks) {
     if (data.empty()) throw DataError("predict: the dataset is empty");
     return infer("predict", model, batch_size, data, [&](auto& evaluator) { return evaluator.predict(data); },
-                        callbacks...);
+                 callbacks...);
   }
 
  private:
