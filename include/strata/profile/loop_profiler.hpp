@@ -16,9 +16,9 @@
 // `data wait`. What happens inside a function (forward, backward, collectives) is the
 // user's code and is not split.
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "strata/core/error.hpp"
@@ -35,9 +35,7 @@ class LoopProfiler {
 
   // `window`: the steps whose spans are kept (FitOptions::profile_steps' meaning).
   explicit LoopProfiler(Strategy& strategy, StepWindow window = {}) : strategy_(&strategy), window_(window) {
-    if (window.skip < 0 || window.steps < 1)
-      throw ConfigError(strata::detail::message("LoopProfiler: the window's skip ", window.skip, " must be >= 0 and its steps ",
-                                                window.steps, " >= 1"));
+    window.check("LoopProfiler: window");
     if (strategy.probe_attached())
       throw ConfigError("LoopProfiler: this strategy is already profiled by another LoopProfiler; finish that one first");
     strategy.agree([] { return false; });
@@ -86,21 +84,11 @@ class LoopProfiler {
     strategy.attach_probe(nullptr);
     strategy_ = nullptr;
     drain();
-    auto& processes = strategy.processes();
     RunProfile run;
     run.activity = "custom loop";
-    run.process = processes.process();
-    run.workers = processes.processes();
-    run.local_replicas = replicas;
-    run.world = strategy.num_replicas_in_sync();
-    run.config = Strategy::config::describe();
-    run.run_steps = steps_;
-    run.first_step = window_.skip;
-    run.steps = std::clamp(steps_ - window_.skip, std::int64_t{0}, window_.steps);
-    Memory memory;
-    read_process_memory(memory);
-    run.memory = gather_all(processes, std::vector<Memory>{memory});
-    run.spans = gather_all(processes, spans_);
+    run.set_steps(steps_, window_);
+    run.spans = std::move(spans_);
+    gather_run(run, strategy, Memory{});
     (callbacks.on_profile(run), ...);
   }
 

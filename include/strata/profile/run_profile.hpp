@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "strata/core/error.hpp"
 #include "strata/profile/memory.hpp"
 #include "strata/profile/probe.hpp"
 
@@ -28,6 +29,20 @@ struct StepWindow {
   [[nodiscard]] bool whole_run() const { return skip == 0 && steps == std::numeric_limits<std::int64_t>::max(); }
   // Whether step `step` of the fit (0-based) is kept.
   [[nodiscard]] bool keeps(std::int64_t step) const { return step >= skip && step - skip < steps; }
+  // How many of a run's `trained` steps it keeps.
+  [[nodiscard]] std::int64_t kept_of(std::int64_t trained) const {
+    return std::clamp(trained - skip, std::int64_t{0}, steps);
+  }
+
+  // A ConfigError naming the window (`what`: "fit: profile_steps", say) where it cannot hold a step.
+  void check(char const* what) const {
+    if (skip < 0)
+      throw ConfigError(strata::detail::message(what, ".skip ", skip,
+                                                " must be >= 0 (the steps to leave out before the profiled ones)"));
+    if (steps < 1)
+      throw ConfigError(strata::detail::message(what, ".steps ", steps,
+                                                " must be >= 1; leave it out to profile every step after the skipped ones"));
+  }
 };
 
 // After every global batch, on every worker: this process's spans of it.
@@ -57,6 +72,13 @@ struct RunProfile {
   std::vector<Span> spans;
   std::vector<Memory> memory;  // per worker, at the end of the run
 
+  // `trained` steps run, of which `window` kept some.
+  void set_steps(std::int64_t trained, StepWindow window = {}) {
+    run_steps = trained;
+    first_step = window.skip;
+    steps = window.kept_of(trained);
+  }
+
   // The spans of `phase` (of worker `worker`, or every worker's when -1).
   template <class F>
   void for_each(Phase phase, F&& f, int worker = -1) const {
@@ -72,6 +94,22 @@ inline void keep_window(std::vector<Span>& spans, std::size_t first, StepWindow 
   auto const from = spans.begin() + std::ptrdiff_t(first);
   spans.erase(std::remove_if(from, spans.end(), [&](Span const& s) { return !window.keeps(s.step - origin); }),
               spans.end());
+}
+
+// Fills the job's side of `run` from `strategy` (a strategy::BasicStrategy) and replaces its
+// spans and memory by every worker's (this one's: `memory` and its resident set).
+// Collective: every process calls it.
+template <class Strategy>
+void gather_run(RunProfile& run, Strategy& strategy, Memory memory) {
+  read_process_memory(memory);
+  auto& processes = strategy.processes();
+  run.process = processes.process();
+  run.workers = processes.processes();
+  run.local_replicas = Strategy::num_replicas;
+  run.world = strategy.num_replicas_in_sync();
+  run.config = Strategy::config::describe();
+  run.memory = gather_all(processes, std::vector<Memory>{memory});
+  run.spans = gather_all(processes, run.spans);
 }
 
 // Callbacks that take part in profiling: having either hook turns the probe on for the run.

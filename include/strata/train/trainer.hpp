@@ -7,7 +7,6 @@
 //   auto history = trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
 //                              {.epochs = 10, .batch_size = 128, .validation = test}, strata::ProgressBar{});
 
-#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <span>
@@ -54,12 +53,7 @@ inline void check_fit_options(FitOptions const& options) {
   if (options.epochs < 1) throw ConfigError(strata::detail::message("fit: epochs ", options.epochs, " must be >= 1"));
   if (options.batch_size < 1)
     throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
-  if (options.profile_steps.skip < 0)
-    throw ConfigError(strata::detail::message("fit: profile_steps.skip ", options.profile_steps.skip,
-                                              " must be >= 0 (the steps to leave out before the profiled ones)"));
-  if (options.profile_steps.steps < 1)
-    throw ConfigError(strata::detail::message("fit: profile_steps.steps ", options.profile_steps.steps,
-                                              " must be >= 1; leave it out to profile every step after the skipped ones"));
+  options.profile_steps.check("fit: profile_steps");
 }
 
 template <class Model, class LossFn>
@@ -273,10 +267,8 @@ class BasicTrainer {
       profile::RunProfile run;
       run.activity = activity;
       evaluator.probe().drain(run.spans);
-      run.steps = run.run_steps = (std::int64_t(data.size()) + batch_size - 1) / batch_size;
-      profile::Memory memory = evaluator.memory();
-      profile::read_process_memory(memory);
-      finish_profile(run, memory, detail::Callbacks<std::remove_cvref_t<Cs>...>{}, callbacks...);
+      run.set_steps((std::int64_t(data.size()) + batch_size - 1) / batch_size);
+      finish_profile(run, evaluator.memory(), detail::Callbacks<std::remove_cvref_t<Cs>...>{}, callbacks...);
       return result;
     }
   }
@@ -311,26 +303,15 @@ class BasicTrainer {
     std::size_t const first = run.spans.size();
     runner.probe().drain(run.spans);
     profile::keep_window(run.spans, first, window, origin);
-    run.run_steps = runner.micro_batches() - origin;
-    run.first_step = window.skip;
-    run.steps = std::clamp(run.run_steps - window.skip, std::int64_t{0}, window.steps);
-    profile::Memory memory = runner.memory();
-    profile::read_process_memory(memory);
-    finish_profile(run, memory, hooks, callbacks...);
+    run.set_steps(runner.micro_batches() - origin, window);
+    finish_profile(run, runner.memory(), hooks, callbacks...);
   }
 
   // Every worker's spans and memory, merged, to the profiling callbacks on every worker
   // (collective): the end of a profiled fit, evaluate or predict.
   template <class Hooks, class... Cs>
   void finish_profile(profile::RunProfile& run, profile::Memory const& memory, Hooks const& hooks, Cs&... callbacks) {
-    auto& processes = strategy_.processes();
-    run.process = processes.process();
-    run.workers = processes.processes();
-    run.local_replicas = num_replicas;
-    run.world = num_replicas_in_sync();
-    run.config = Config::describe();
-    run.memory = profile::gather_all(processes, std::vector<profile::Memory>{memory});
-    run.spans = profile::gather_all(processes, run.spans);
+    profile::gather_run(run, strategy_, memory);
     strategy_.agree([&] {
       hooks.profile(run, callbacks...);
       return false;
