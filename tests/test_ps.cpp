@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <array>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -268,6 +270,222 @@ TEST_CASE("a worker whose server does not answer throws a CommError naming it, w
   CHECK_THROWS_WITH_AS(worker.pull(), doctest::Contains("server 0 at inproc://strata-ps-test-nobody did not answer"),
                        CommError);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+namespace {
+struct KeepRun {  // the profile a fit hands its callbacks
+  profile::RunProfile run;
+  int calls = 0;
+  void on_profile(profile::RunProfile const& r) {
+    run = r;
+    ++calls;
+  }
+};
+
+// A profiled run's worker spans of each step (attempts in order), and its servers' updates.
+struct PassesOf {
+  std::map<std::int64_t, std::vector<profile::Span>> worker, apply;
+  explicit PassesOf(profile::RunProfile const& run) {
+    for (auto const& s : run.spans) {
+      if (s.phase == profile::Phase::apply) apply[s.step].push_back(s);
+      else if (s.replica >= 0) worker[s.step].push_back(s);
+    }
+  }
+};
+}  // namespace
+
+// Profiled (S = 0): the weights equal an unprofiled run's; every step is one pass of its
+// worker, pull, forward, backward and push in that order, and each server's update of the
+// step lies inside that push; the summary and the trace name the cluster's parts.
+TEST_CASE("a profiled Trainer<ParameterServer> fit times each worker's pass and each server's update") {
+  Sgd const sgd{.lr = 0.05f, .momentum = 0.9f};
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 9};  // 21 batches an epoch
+  Model plain(3), profiled(3);
+  Trainer<ParameterServer<2, 2>>({.partition = {.min_shard_bytes = 4096}})
+      .fit(plain, sgd, SoftmaxCrossEntropy{}, fashion(), options);
+  KeepRun keep;
+  Trainer<ParameterServer<2, 2>> trainer({.partition = {.min_shard_bytes = 4096}});
+  trainer.fit(profiled, sgd, SoftmaxCrossEntropy{}, fashion(), options, keep);
+  auto const a = plain.parameters(), b = profiled.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+
+  REQUIRE(keep.calls == 1);
+  profile::RunProfile const& run = keep.run;
+  CHECK(run.servers == 2);
+  CHECK(run.local_replicas == 2);
+  CHECK(run.steps == 42);
+  CHECK(run.run_steps == 42);
+  PassesOf const passes(run);
+  REQUIRE(passes.worker.size() == 42);
+  std::int64_t const model_bytes = std::int64_t(Model::parameter_count * sizeof(float));
+  for (auto const& [step, spans] : passes.worker) {
+    CAPTURE(step);
+    REQUIRE(spans.size() == 4);  // one attempt: under S = 0 no push is stale
+    CHECK(spans[0].phase == profile::Phase::pull);
+    CHECK(spans[1].phase == profile::Phase::forward);
+    CHECK(spans[2].phase == profile::Phase::backward);
+    CHECK(spans[3].phase == profile::Phase::push);
+    for (std::size_t i = 0; i < 4; ++i) {
+      CHECK(spans[i].replica == spans[0].replica);
+      CHECK(spans[i].attempt == 0);
+      CHECK(spans[i].begin_ns <= spans[i].end_ns);
+      if (i > 0) CHECK(spans[i - 1].end_ns <= spans[i].begin_ns);
+    }
+    CHECK(spans[0].bytes == model_bytes);
+    CHECK(spans[3].bytes == model_bytes);
+    auto const it = passes.apply.find(step);
+    REQUIRE(it != passes.apply.end());
+    REQUIRE(it->second.size() == 2);
+    CHECK(it->second[0].replica + it->second[1].replica == 1);  // servers 0 and 1
+    for (auto const& update : it->second) {
+      CHECK(update.begin_ns >= spans[3].begin_ns);
+      CHECK(update.end_ns <= spans[3].end_ns);
+    }
+  }
+  CHECK(passes.apply.size() == 42);
+
+  auto const report = profile::summarize(run);
+  REQUIRE(report.exchange);
+  CHECK(report.exchange->passes == 42);
+  CHECK(report.exchange->stale == 0);
+  CHECK(report.exchange->fewest_steps + report.exchange->most_steps == 42);
+  CHECK(report.exchange->bytes == double(model_bytes));
+  CHECK(report.exchange->apply_ms.p50 > 0.0);
+  CHECK(report.exchange->push_ms.p50 >= report.exchange->apply_ms.p50);
+  std::string const table = report.table();
+  MESSAGE(table);
+  CHECK(table.find("Profile - 2 workers, 2 servers (ParameterServer) - 42 steps") != std::string::npos);
+  for (char const* row : {"data wait", "schedule", "callbacks", "    pull", "    forward", "    backward", "    push",
+                          "steps per worker - ", "0 of 42 passes computed again", "update on 2 servers"})
+    CHECK_MESSAGE(table.find(row) != std::string::npos, row);
+  CHECK(table.find("all-reduce") == std::string::npos);
+  CHECK(report.wall_seconds > 0.0);
+
+  std::string const trace = profile::chrome_trace(run);
+  CHECK(trace.find("\"name\":\"server 1\"") != std::string::npos);
+  CHECK(trace.find("\"name\":\"worker 1\"") != std::string::npos);
+  std::size_t updates = 0;
+  for (auto at = trace.find("\"name\":\"apply\""); at != std::string::npos; at = trace.find("\"name\":\"apply\"", at + 1))
+    ++updates;
+  CHECK(updates == 84);
+
+  // Evaluation runs as on Mirrored<2>, profiled as there.
+  KeepRun evaluated;
+  auto const plain_eval = trainer.evaluate(profiled, SoftmaxCrossEntropy{}, fashion(), 128);
+  CHECK(trainer.evaluate(profiled, SoftmaxCrossEntropy{}, fashion(), 128, evaluated).loss == plain_eval.loss);
+  CHECK(evaluated.run.activity == "evaluate");
+  CHECK(evaluated.run.steps == 5);
+}
+
+// S = 2: steps overlap on three workers; each step's attempts are numbered 0, 1, ... on one
+// worker, and the server's update lies in its last attempt's push. A window keeps the spans
+// of its steps only, the loop's and the server's too.
+TEST_CASE("a profiled asynchronous Trainer<ParameterServer> keeps the spans of its window's steps") {
+  FitOptions options{.epochs = 2, .batch_size = 20, .seed = 4};  // 31 batches an epoch
+  options.profile_steps = {.skip = 10, .steps = 30};
+  KeepRun keep;
+  Model model(5);
+  Trainer<ParameterServer<3, 1>>({.staleness = 2}).fit(model, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, fashion(),
+                                                       options, keep);
+  profile::RunProfile const& run = keep.run;
+  CHECK(run.steps == 30);
+  CHECK(run.first_step == 10);
+  CHECK(run.run_steps == 62);
+  for (auto const& s : run.spans) CHECK((s.step >= 10 && s.step < 40));
+  PassesOf const passes(run);
+  REQUIRE(passes.worker.size() == 30);
+  std::int64_t stale = 0;
+  for (auto const& [step, spans] : passes.worker) {
+    CAPTURE(step);
+    REQUIRE(spans.size() % 4 == 0);
+    int const attempts = int(spans.size() / 4);
+    stale += attempts - 1;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      CHECK(spans[i].attempt == i / 4);
+      CHECK(spans[i].replica == spans[0].replica);
+    }
+    auto const& last_push = spans.back();
+    REQUIRE(last_push.phase == profile::Phase::push);
+    REQUIRE(passes.apply.count(step) == 1);
+    REQUIRE(passes.apply.at(step).size() == 1);  // at most once, on the one server
+    CHECK(passes.apply.at(step)[0].begin_ns >= last_push.begin_ns);
+    CHECK(passes.apply.at(step)[0].end_ns <= last_push.end_ns);
+  }
+  auto const report = profile::summarize(run);
+  REQUIRE(report.exchange);
+  CHECK(report.exchange->stale == stale);
+  MESSAGE("stale passes in the window: ", stale);
+  CHECK(report.table().find("Profile - 3 workers, 1 server (ParameterServer) - steps 11-40 of 62") != std::string::npos);
+}
+
+// Two workers training at once against a server of staleness 0, without the coordinator's
+// gate: a push is stale whenever the other worker's landed since the pull. The probe's
+// repeated passes must be exactly the stale answers the server counted and the attempts
+// the workers returned, each numbered after the one before.
+TEST_CASE("profiled workers number each attempt a stale answer forced, as the server counted them") {
+  ps::Partition const partition(Model::parameter_tensors(), 1);
+  Model const initial(1);
+  ps::ShardServer<Sgd> server(partition, 0, Model::parameter_tensors(), initial.parameters(), Sgd{.lr = 0.01f}, 0);
+  profile::ClusterProbe probe(2, 1);
+  probe.start(profile::Clock::now());
+  server.attach_probe(&probe);
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::router);
+  socket.set(zmq::sockopt::linger, 0);
+  ps::listen_on(socket, "inproc://strata-ps-test-stale", "server");
+  std::atomic<bool> stop{false};
+  std::thread serving([&] { server.serve(socket, stop, std::chrono::milliseconds(5)); });
+
+  auto const batches = fashion().batch(30);
+  std::atomic<std::int64_t> retries{0};
+  auto train = [&](int index) {
+    ps::Worker<Model, SoftmaxCrossEntropy> worker(context, {"inproc://strata-ps-test-stale"}, partition, initial, {},
+                                                  30, index);
+    worker.attach_probe(&probe);
+    auto stream = batches.stream(0);
+    for (int k = 0; k < 10; ++k) {
+      data::Batch const* batch = stream->next();
+      retries += worker.train_on_batch(*batch, 10 * index + k).attempts - 1;  // steps 0-9 and 10-19
+    }
+  };
+  std::thread other(train, 1);
+  train(0);
+  other.join();
+  stop = true;
+  serving.join();
+
+  profile::RunProfile run;
+  run.servers = 1;
+  run.local_replicas = run.world = 2;
+  probe.drain(run.spans);
+  PassesOf const passes(run);
+  REQUIRE(passes.worker.size() == 20);
+  std::int64_t repeated = 0;
+  for (auto const& [step, spans] : passes.worker) {
+    CAPTURE(step);
+    REQUIRE(spans.size() % 4 == 0);
+    repeated += std::int64_t(spans.size() / 4) - 1;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      CHECK(spans[i].attempt == i / 4);
+      CHECK(spans[i].phase == std::array{profile::Phase::pull, profile::Phase::forward, profile::Phase::backward,
+                                         profile::Phase::push}[i % 4]);
+      CHECK(spans[i].replica == step / 10);
+    }
+    // The update lies in the push the server applied: the last attempt's.
+    REQUIRE(passes.apply.count(step) == 1);
+    REQUIRE(passes.apply.at(step).size() == 1);
+    CHECK(passes.apply.at(step)[0].begin_ns >= spans.back().begin_ns);
+    CHECK(passes.apply.at(step)[0].end_ns <= spans.back().end_ns);
+  }
+  MESSAGE("stale answers: ", server.stale_pushes(), " of ", 20 + server.stale_pushes(), " pushes");
+  CHECK(repeated == server.stale_pushes());
+  CHECK(repeated == retries.load());
+  auto const report = profile::summarize(run);
+  REQUIRE(report.exchange);
+  CHECK(report.exchange->stale == repeated);
+  CHECK(report.exchange->passes == 20 + repeated);
+  CHECK(report.exchange->fewest_steps == 10);
+  CHECK(report.exchange->most_steps == 10);
 }
 
 TEST_CASE("Trainer<ParameterServer>::fit checks its options and data before any step") {

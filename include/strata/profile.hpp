@@ -2,6 +2,7 @@
 // Monitoring: step timing, collectives' latency and bandwidth, memory, the trace timeline
 // (docs/monitoring.md). TensorBoard event files need Protocol Buffers: <strata/tensorboard.hpp>.
 
+#include "strata/profile/cluster_probe.hpp"
 #include "strata/profile/loop_profiler.hpp"
 #include "strata/profile/memory.hpp"
 #include "strata/profile/probe.hpp"

@@ -5,7 +5,12 @@ replica, every replica's forward/backward/update in every step, and (--collectiv
 replica's all-reduce track, and (--steps N) N steps on each worker: a window of the run
 (FitOptions::profile_steps). Prints "trace ok: N workers" on success.
 
+With --servers S, a Trainer<ParameterServer<W, S>> trace (--workers W): one process holding
+the cluster, a track per worker whose every step has a pull, forward, backward and push per
+attempt, and a track per server that applies every step exactly once.
+
     check_trace.py trace.json --workers 2 --replicas 2 [--collectives] [--steps N]
+    check_trace.py trace.json --workers 2 --servers 1 [--steps N]
 """
 import argparse
 import collections
@@ -17,7 +22,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("trace")
     parser.add_argument("--workers", type=int, required=True)
-    parser.add_argument("--replicas", type=int, required=True)
+    parser.add_argument("--replicas", type=int)
+    parser.add_argument("--servers", type=int)
     parser.add_argument("--collectives", action="store_true")
     parser.add_argument("--steps", type=int, help="the steps each worker must have")
     args = parser.parse_args()
@@ -29,6 +35,10 @@ def main():
     processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     spans = [e for e in events if e["ph"] == "X"]
     problems = []
+    if args.servers is not None:
+        return check_cluster(args, threads, processes, spans)
+    if args.replicas is None:
+        parser.error("--replicas is required without --servers")
     if sorted(processes) != list(range(args.workers)):
         problems.append(f"processes {sorted(processes)}, expected workers 0..{args.workers - 1}")
     count = collections.Counter((e["pid"], e["tid"], e["name"]) for e in spans)
@@ -56,6 +66,51 @@ def main():
         print("trace problems:\n  " + "\n  ".join(problems))
         return 1
     print(f"trace ok: {args.workers} worker{'s' if args.workers != 1 else ''}, {len(spans)} spans, {sum(steps.values())} steps")
+    return 0
+
+
+def check_cluster(args, threads, processes, spans):
+    """A ParameterServer trace: workers' passes and servers' updates, by each span's step."""
+    problems = []
+    if list(processes.values()) != ["ParameterServer cluster"]:
+        problems.append(f"processes {processes}, expected one ParameterServer cluster")
+    passes = collections.defaultdict(list)  # step -> the worker spans of its attempts, in time order
+    applied = collections.Counter()  # (server, step)
+    for e in sorted(spans, key=lambda e: e["ts"]):
+        if e["tid"] == 0:
+            continue
+        if e["name"] == "apply":
+            applied[(e["tid"] - 1 - 2 * args.workers, e["args"]["step"])] += 1
+        else:
+            passes[e["args"]["step"]].append(e)
+    for w in range(args.workers):
+        if threads.get((0, 1 + 2 * w)) != f"worker {w}":
+            problems.append(f"no track for worker {w}")
+    for s in range(args.servers):
+        if threads.get((0, 1 + 2 * args.workers + s)) != f"server {s}":
+            problems.append(f"no track for server {s}")
+    if args.steps is not None and len(passes) != args.steps:
+        problems.append(f"{len(passes)} steps of worker spans, expected {args.steps}")
+    order = ["pull", "forward", "backward", "push"]
+    for step, events in passes.items():
+        names = [e["name"] for e in events]
+        attempts = len(names) // 4
+        if names != order * attempts or len({e["tid"] for e in events}) != 1:
+            problems.append(f"step {step}: worker spans {names} on tracks {sorted({e['tid'] for e in events})}")
+        elif [e["args"]["attempt"] for e in events] != [a for a in range(attempts) for _ in order]:
+            problems.append(f"step {step}: attempts numbered {[e['args']['attempt'] for e in events]}")
+        for s in range(args.servers):
+            if applied[(s, step)] != 1:
+                problems.append(f"step {step}: server {s} applied it {applied[(s, step)]} times")
+    for e in spans:
+        if e["dur"] < 0 or e["ts"] < 0:
+            problems.append(f"negative time in {e}")
+            break
+    if problems:
+        print("trace problems:\n  " + "\n  ".join(problems[:20]))
+        return 1
+    print(f"trace ok: ParameterServer of {args.workers} worker{'s' if args.workers != 1 else ''} and {args.servers} "
+          f"server{'s' if args.servers != 1 else ''}, {len(spans)} spans, {len(passes)} steps")
     return 0
 
 

@@ -22,7 +22,9 @@ namespace strata::profile {
 using Clock = std::chrono::steady_clock;
 
 // The parts of a step. Replica phases run on replica threads; all_reduce on a replica's
-// communication thread (one span per gradient bucket); the rest on the training loop.
+// communication thread (one span per gradient bucket); the rest on the training loop. Under
+// ParameterServer the replicas are the workers, which pull, compute and push, and `apply`
+// runs on the servers (profile/cluster_probe.hpp).
 enum class Phase : std::uint8_t {
   data_wait,      // the loop waiting for the next batch (the input pipeline)
   step,           // the whole train_on_batch call, all replicas
@@ -34,19 +36,26 @@ enum class Phase : std::uint8_t {
   callbacks,      // the callbacks' on_batch_end
   validation,     // evaluation on FitOptions::validation at the end of an epoch
   run,            // one replica's function in Strategy::run (a custom loop: profile/loop_profiler.hpp)
+  schedule,       // ParameterServer: the loop handing a batch to the coordinator (waiting for a free
+                  // worker or the staleness bound) and, at an epoch's end, for the last steps
+  pull,           // ParameterServer: a worker fetching every server's weights
+  push,           // ParameterServer: a worker sending each server its part of the gradient, until all answer
+  apply,          // ParameterServer: a server applying one push to its shards (replica: the server)
 };
-inline constexpr int phase_count = 10;
+inline constexpr int phase_count = 14;
 
 // The phases the training loop runs (the rest run on replica threads): what adds up to the
 // wall time of a run.
 constexpr bool on_training_loop(Phase p) {
-  return p == Phase::data_wait || p == Phase::step || p == Phase::callbacks || p == Phase::validation;
+  return p == Phase::data_wait || p == Phase::step || p == Phase::callbacks || p == Phase::validation ||
+         p == Phase::schedule;
 }
 
 inline char const* name_of(Phase p) {
   constexpr std::array<char const*, phase_count> names = {"data wait", "step",      "forward",   "backward",
                                                           "gradient wait", "update", "all-reduce", "callbacks",
-                                                          "validation", "run"};
+                                                          "validation", "run",      "schedule",  "pull",
+                                                          "push",      "apply"};
   return names[std::size_t(p)];
 }
 
@@ -60,6 +69,7 @@ struct Span {
   std::int16_t replica = -1; // local replica; -1: the training loop
   std::int16_t bucket = -1;  // all_reduce: the bucket's index in the plan
   Phase phase = Phase::step;
+  std::uint16_t attempt = 0; // ParameterServer: the step's attempt (1, 2, ...: after a server answered stale)
 
   [[nodiscard]] double seconds() const { return double(end_ns - begin_ns) * 1e-9; }
 };

@@ -54,6 +54,7 @@ struct ReplicaTime {
   int worker = 0, replica = 0;
   double forward = 0.0, backward = 0.0, gradient_wait = 0.0, update = 0.0;
   double run = 0.0;  // a custom loop's Strategy::run functions
+  double pull = 0.0, push = 0.0;  // a ParameterServer worker's messages
   [[nodiscard]] double compute() const { return forward + backward + run; }
 };
 
@@ -66,9 +67,22 @@ struct Collectives {
   double hidden = 0.0;          // fraction of collective time that ran while its replica's backward did
 };
 
+// ParameterServer: how the steps fell to the workers, how many passes a stale answer made
+// them redo, and the latency of their messages and of the servers' updates.
+struct ServerExchange {
+  int servers = 0;
+  std::int64_t fewest_steps = 0, most_steps = 0;  // steps a worker trained (the attempts the servers applied)
+  int fewest_worker = 0, most_worker = 0;
+  std::int64_t passes = 0;  // forward and backward passes the workers ran
+  std::int64_t stale = 0;   // of them, those a server answered stale (computed again)
+  Percentiles pull_ms, push_ms, apply_ms;
+  double bytes = 0.0;       // a whole model's floats: what a pull fetches and a push sends
+};
+
 struct Report {
   std::string activity = "fit";         // fit, evaluate, predict (a step: one batch) or custom loop
   int workers = 1, world = 1;
+  int servers = 0;                      // ParameterServer: its servers (world: its workers)
   std::int64_t steps = 0;               // the profiled steps (FitOptions::profile_steps)
   std::int64_t first_step = 0;          // the first of them, counted from the fit's start
   std::int64_t run_steps = 0;           // the steps the fit trained
@@ -76,6 +90,7 @@ struct Report {
   std::vector<PhaseTime> phases;        // in Phase order, those that occurred
   std::vector<ReplicaTime> replicas;    // per worker and replica
   std::optional<Collectives> collectives;  // none where replicas reduce in place (Mirrored on the CPU)
+  std::optional<ServerExchange> exchange;  // ParameterServer
   Memory memory;                        // the largest figure of any worker
 
   [[nodiscard]] std::optional<double> seconds_of(Phase p) const {
@@ -89,20 +104,46 @@ struct Report {
     std::string out;
     char line[256];
     bool const fit = activity == "fit";
-    std::snprintf(line, sizeof line, "Profile%s%s - %d replica%s (%d worker%s) - %s - %.2fs\n", fit ? "" : " of ",
-                  fit ? "" : activity.c_str(), world, world == 1 ? "" : "s", workers, workers == 1 ? "" : "s",
-                  steps_text().c_str(), wall_seconds);
+    if (servers > 0)
+      std::snprintf(line, sizeof line, "Profile - %d worker%s, %d server%s (ParameterServer) - %s - %.2fs\n", world,
+                    world == 1 ? "" : "s", servers, servers == 1 ? "" : "s", steps_text().c_str(), wall_seconds);
+    else
+      std::snprintf(line, sizeof line, "Profile%s%s - %d replica%s (%d worker%s) - %s - %.2fs\n", fit ? "" : " of ",
+                    fit ? "" : activity.c_str(), world, world == 1 ? "" : "s", workers, workers == 1 ? "" : "s",
+                    steps_text().c_str(), wall_seconds);
     out += line;
     out += per_batch() ? "  where the time went      ms/batch    share\n" : "  where the time went       ms/step    share\n";
-    for (PhaseTime const& t : phases) {
-      if (t.phase == Phase::all_reduce) continue;
-      bool const inner = !on_training_loop(t.phase);
-      char const* name = per_batch() && t.phase == Phase::step ? "batch" : name_of(t.phase);
-      std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name,
-                    t.ms_per_step(steps), wall_seconds > 0 ? 100.0 * t.seconds / wall_seconds : 0.0);
+    // The replicas' (workers') phases under the loop's phase that waits for them. Under
+    // ParameterServer each step is one worker's, so a phase's time per step is the
+    // workers' sum over the steps; its share is, as elsewhere, an average worker's.
+    constexpr Phase order[] = {Phase::data_wait, Phase::step,    Phase::schedule,      Phase::pull,   Phase::forward,
+                               Phase::backward,  Phase::run,     Phase::gradient_wait, Phase::update, Phase::push,
+                               Phase::callbacks, Phase::validation};
+    for (Phase const phase : order) {
+      auto const t = seconds_of(phase);
+      if (!t) continue;
+      bool const inner = !on_training_loop(phase);
+      char const* name = per_batch() && phase == Phase::step ? "batch" : name_of(phase);
+      double const per_step = PhaseTime{phase, *t * (servers > 0 && inner ? world : 1)}.ms_per_step(steps);
+      std::snprintf(line, sizeof line, "  %s%-*s %9.3f %7.1f%%\n", inner ? "  " : "", inner ? 22 : 24, name, per_step,
+                    wall_seconds > 0 ? 100.0 * *t / wall_seconds : 0.0);
       out += line;
     }
-    if (replicas.size() > 1) {
+    if (exchange) {
+      ServerExchange const& e = *exchange;
+      std::snprintf(line, sizeof line,
+                    "  steps per worker - %lld (worker %d) to %lld (worker %d) - %lld of %lld passes computed again "
+                    "after a stale answer\n",
+                    static_cast<long long>(e.fewest_steps), e.fewest_worker, static_cast<long long>(e.most_steps),
+                    e.most_worker, static_cast<long long>(e.stale), static_cast<long long>(e.passes));
+      out += line;
+      std::snprintf(line, sizeof line,
+                    "  pull p50 %.3fms - push p50 %.3fms - p90 %.3fms - p99 %.3fms - %s each way - update on %d "
+                    "server%s p50 %.3fms - p99 %.3fms\n",
+                    e.pull_ms.p50, e.push_ms.p50, e.push_ms.p90, e.push_ms.p99, bytes_text(e.bytes).c_str(), e.servers,
+                    e.servers == 1 ? "" : "s", e.apply_ms.p50, e.apply_ms.p99);
+      out += line;
+    } else if (replicas.size() > 1) {
       auto const [fastest, slowest] = std::minmax_element(
           replicas.begin(), replicas.end(), [](auto const& a, auto const& b) { return a.compute() < b.compute(); });
       auto ms = [&](ReplicaTime const& r) { return steps ? r.compute() * 1e3 / double(steps) : 0.0; };
@@ -121,7 +162,7 @@ struct Report {
                     c.latency_ms.p90, c.latency_ms.p99, bytes_text(c.bytes_per_step).c_str(),
                     bytes_text(c.bus_bandwidth).c_str(), 100.0 * c.hidden);
       out += line;
-    } else if (fit) {
+    } else if (fit && servers == 0) {
       out += "  all-reduce - none: the replicas sum each other's gradients in place\n";
     }
     out += "  memory - peak RSS " + bytes_text(double(memory.peak_rss));
@@ -163,11 +204,46 @@ struct Report {
   }
 };
 
+// ParameterServer: a step's passes are its attempts; the last one is the one the servers
+// applied, on the worker that trained the step.
+inline ServerExchange exchange_of(RunProfile const& run) {
+  ServerExchange e;
+  e.servers = run.servers;
+  std::map<std::int64_t, Span> last;  // per step, its last attempt's forward
+  run.for_each(Phase::forward, [&](Span const& s) {
+    ++e.passes;
+    auto [it, fresh] = last.try_emplace(s.step, s);
+    if (!fresh && s.attempt > it->second.attempt) it->second = s;
+  });
+  e.stale = e.passes - std::int64_t(last.size());
+  std::vector<std::int64_t> steps(std::size_t(std::max(run.local_replicas, 1)), 0);
+  for (auto const& [step, s] : last)
+    if (s.replica >= 0 && std::size_t(s.replica) < steps.size()) ++steps[std::size_t(s.replica)];
+  auto const [fewest, most] = std::minmax_element(steps.begin(), steps.end());
+  e.fewest_steps = *fewest;
+  e.most_steps = *most;
+  e.fewest_worker = int(fewest - steps.begin());
+  e.most_worker = int(most - steps.begin());
+  auto latencies = [&](Phase phase) {
+    std::vector<double> ms;
+    run.for_each(phase, [&](Span const& s) {
+      ms.push_back(s.seconds() * 1e3);
+      if (phase == Phase::push) e.bytes = double(s.bytes);
+    });
+    return percentiles(std::move(ms));
+  };
+  e.pull_ms = latencies(Phase::pull);
+  e.push_ms = latencies(Phase::push);
+  e.apply_ms = latencies(Phase::apply);
+  return e;
+}
+
 inline Report summarize(RunProfile const& run) {
   Report report;
   report.activity = run.activity;
   report.workers = run.workers;
   report.world = run.world;
+  report.servers = run.servers;
   report.steps = run.steps;
   report.first_step = run.first_step;
   report.run_steps = run.run_steps;
@@ -181,7 +257,7 @@ inline Report summarize(RunProfile const& run) {
       if (s.worker == 0) totals[std::size_t(s.phase)] += s.seconds();
       continue;
     }
-    if (s.phase == Phase::all_reduce) continue;
+    if (s.phase == Phase::all_reduce || s.phase == Phase::apply) continue;  // a communication thread's; a server's
     ReplicaTime& r = per_replica[{s.worker, s.replica}];
     r.worker = s.worker;
     r.replica = s.replica;
@@ -192,6 +268,8 @@ inline Report summarize(RunProfile const& run) {
       case Phase::gradient_wait: r.gradient_wait += t; break;
       case Phase::update: r.update += t; break;
       case Phase::run: r.run += t; break;
+      case Phase::pull: r.pull += t; break;
+      case Phase::push: r.push += t; break;
       default: break;
     }
   }
@@ -203,6 +281,8 @@ inline Report summarize(RunProfile const& run) {
     totals[std::size_t(Phase::gradient_wait)] += r.gradient_wait / n;
     totals[std::size_t(Phase::update)] += r.update / n;
     totals[std::size_t(Phase::run)] += r.run / n;
+    totals[std::size_t(Phase::pull)] += r.pull / n;
+    totals[std::size_t(Phase::push)] += r.push / n;
   }
   for (int p = 0; p < phase_count; ++p) {
     if (on_training_loop(Phase(p))) report.wall_seconds += totals[std::size_t(p)];
@@ -242,6 +322,7 @@ inline Report summarize(RunProfile const& run) {
     }
     report.collectives = c;
   }
+  if (run.servers > 0) report.exchange = exchange_of(run);
   for (Memory const& m : run.memory) {
     report.memory.peak_rss = std::max(report.memory.peak_rss, m.peak_rss);
     report.memory.rss = std::max(report.memory.rss, m.rss);

@@ -65,6 +65,7 @@ struct RunProfile {
   int workers = 1;
   int local_replicas = 1;  // replica threads (or GPUs) per worker
   int world = 1;           // replicas in sync: local_replicas × workers
+  int servers = 0;         // ParameterServer: its servers (local_replicas: its workers); 0 elsewhere
   std::string config;      // the policies, as Config::describe() writes them
   std::int64_t steps = 0;  // micro-batches whose spans are kept: the run's, or those in FitOptions::profile_steps
   std::int64_t first_step = 0;  // the first kept step, counted from this fit's start (profile_steps.skip)

@@ -5,6 +5,8 @@
 // callbacks, validation), one per replica thread (forward, backward, gradient wait, update)
 // and one per replica's communication (each gradient bucket's all-reduce, with its bytes).
 // The chief writes one file holding every worker's tracks, atomically, when fit ends.
+// Under ParameterServer the process holds the cluster: one track per worker (pull, forward,
+// backward, push, each with its step and attempt) and one per server (its updates).
 //
 // Times are microseconds since the run began on each worker; workers start their clocks
 // together after a collective, so tracks of different machines align to within its latency.
@@ -24,9 +26,12 @@ inline std::string chrome_trace(RunProfile const& run) {
   std::string out;
   out.reserve(run.spans.size() * 130 + 4096);
   char event[320];
-  auto track = [](Span const& s) {  // 0: the loop; 1 + 2r: replica r; 2 + 2r: its communication
+  // 0: the loop; 1 + 2r: replica r; 2 + 2r: its communication; after the replicas, the servers.
+  auto track = [&](Span const& s) {
+    if (s.phase == Phase::apply) return 1 + 2 * run.local_replicas + int(s.replica);
     return s.replica < 0 ? 0 : 1 + 2 * int(s.replica) + (s.phase == Phase::all_reduce ? 1 : 0);
   };
+  bool const cluster = run.servers > 0;
   auto meta = [&](char const* what, int pid, int tid, std::string const& name) {
     std::snprintf(event, sizeof event, "{\"ph\":\"M\",\"name\":\"%s_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
                   what, pid, tid, name.c_str());
@@ -41,12 +46,13 @@ inline std::string chrome_trace(RunProfile const& run) {
   out += run.config;
   out += "\"},\"traceEvents\":[\n";
   for (int w = 0; w < run.workers; ++w) {
-    meta("process", w, 0, "worker " + std::to_string(w));
+    meta("process", w, 0, cluster ? std::string("ParameterServer cluster") : "worker " + std::to_string(w));
     meta("thread", w, 0, "training loop");
     for (int r = 0; r < run.local_replicas; ++r) {
-      meta("thread", w, 1 + 2 * r, "replica " + std::to_string(r));
-      meta("thread", w, 2 + 2 * r, "replica " + std::to_string(r) + " all-reduce");
+      meta("thread", w, 1 + 2 * r, (cluster ? "worker " : "replica ") + std::to_string(r));
+      if (!cluster) meta("thread", w, 2 + 2 * r, "replica " + std::to_string(r) + " all-reduce");
     }
+    for (int s = 0; s < run.servers; ++s) meta("thread", w, 1 + 2 * run.local_replicas + s, "server " + std::to_string(s));
   }
   for (Span const& s : run.spans) {
     double const ts = double(s.begin_ns) * 1e-3, dur = double(s.end_ns - s.begin_ns) * 1e-3;
@@ -55,6 +61,16 @@ inline std::string chrome_trace(RunProfile const& run) {
                     "{\"ph\":\"X\",\"name\":\"all-reduce bucket %d\",\"cat\":\"communication\",\"pid\":%d,\"tid\":%d,"
                     "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld,\"bytes\":%lld}},\n",
                     int(s.bucket), int(s.worker), track(s), ts, dur, static_cast<long long>(s.step),
+                    static_cast<long long>(s.bytes));
+    else if (cluster && s.replica >= 0)  // a worker's pass (each attempt of a step) or a server's update
+      std::snprintf(event, sizeof event,
+                    "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"step\":%lld,\"attempt\":%d,\"bytes\":%lld}},\n",
+                    name_of(s.phase),
+                    s.phase == Phase::apply                              ? "server"
+                    : s.phase == Phase::pull || s.phase == Phase::push ? "communication"
+                                                                         : "compute",
+                    int(s.worker), track(s), ts, dur, static_cast<long long>(s.step), int(s.attempt),
                     static_cast<long long>(s.bytes));
     else
       std::snprintf(event, sizeof event,

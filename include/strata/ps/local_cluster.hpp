@@ -41,6 +41,9 @@ struct ClusterOptions {
   int max_batch = 256;   // the largest batch a worker trains on
   PartitionOptions partition{};
   WorkerOptions worker{};
+  // Times the workers' steps and the servers' updates (profile/cluster_probe.hpp); it must
+  // have Workers worker and Servers server buffers and outlive the cluster. nullptr: unprofiled.
+  profile::ClusterProbe* probe = nullptr;
 };
 
 // A batch a step owns: the step may run after the input stream moved past it.
@@ -69,11 +72,16 @@ class LocalCluster {
       : options_(options), partition_(Model::parameter_tensors(), servers, options.partition) {
     if (options.max_batch < 1)
       throw ConfigError(strata::detail::message("ps::LocalCluster: max_batch ", options.max_batch, " must be at least 1"));
+    if (options.probe && (options.probe->workers() != workers || options.probe->servers() != servers))
+      throw ConfigError(strata::detail::message("ps::LocalCluster: a probe of ", options.probe->workers(), " workers and ",
+                                                options.probe->servers(), " servers for a cluster of ", workers, " and ",
+                                                servers));
     std::string const prefix = "inproc://strata-ps-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-";
     for (int s = 0; s < servers; ++s) {
       endpoints_.push_back(prefix + std::to_string(s));
       servers_.push_back(std::make_unique<ShardServer<Opt>>(partition_, s, Model::parameter_tensors(),
                                                             model.parameters(), optimizer, options.staleness));
+      servers_.back()->attach_probe(options.probe);
       sockets_.emplace_back(context_, zmq::socket_type::router);
       sockets_.back().set(zmq::sockopt::linger, 0);
       listen_on(sockets_.back(), endpoints_.back(), "server");
@@ -82,6 +90,7 @@ class LocalCluster {
     for (int w = 0; w < workers; ++w) {
       workers_.push_back(std::make_unique<worker_type>(context_, endpoints_, partition_, model, loss, options.max_batch, w,
                                                        options.worker));
+      workers_.back()->attach_probe(options.probe);
       pointers.push_back(workers_.back().get());
     }
     // Threads last: nothing after them can throw and leave them running.

@@ -31,6 +31,9 @@
 #include "strata/io/training_state.hpp"
 #include "strata/policy/config.hpp"
 #include "strata/policy/strategy.hpp"
+#include "strata/profile/cluster_probe.hpp"
+#include "strata/profile/memory.hpp"
+#include "strata/profile/run_profile.hpp"
 #include "strata/ps/local_cluster.hpp"
 #include "strata/train/callback.hpp"
 #include "strata/train/logs.hpp"
@@ -84,10 +87,6 @@ class BasicTrainer<Config> {
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
               FitOptions const& options, Cs&&... callbacks) {
-    // No probe times the workers' and servers' steps yet: a summary or trace would be empty.
-    static_assert(!(profile::RunProfilingCallback<std::remove_cvref_t<Cs>> || ...),
-                  "strata::Profiler and strata::TraceWriter (callbacks with on_profile) are not built for "
-                  "strata::ParameterServer yet; TensorBoard writes its loss, accuracy and learning-rate scalars there");
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
     check_fit_options(options);
     check_dataset<Model>(loss, train, "fit: the training dataset");
@@ -95,10 +94,26 @@ class BasicTrainer<Config> {
     auto const batches = (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
     std::int64_t const per_epoch = batches.batches_per_epoch();
 
+    // A callback that reads the whole run (Profiler, TraceWriter) turns the probe on: the
+    // workers time their pulls, passes and pushes, the servers their updates, the loop its
+    // own parts. Its spans are drained at each epoch's end, when no step is in flight.
+    constexpr bool profiled = (profile::RunProfilingCallback<std::remove_cvref_t<Cs>> || ...);
+    std::optional<profile::ClusterProbe> probe;
+    if constexpr (profiled) probe.emplace(workers, servers);
+    profile::ClusterProbe* const p = probe ? &*probe : nullptr;
+    auto stamp = [p] { return p ? p->now() : 0; };
+    // Records a loop span from `begin` to now; returns now, the next span's begin.
+    auto mark = [p](profile::Phase phase, std::int64_t begin, std::int64_t step) -> std::int64_t {
+      if (!p) return 0;
+      std::int64_t const end = p->now();
+      p->record_loop(phase, begin, end, step);
+      return end;
+    };
+
     ps::LocalCluster<Policy, Model, Opt, LossFn> cluster(
         model, optimizer, loss,
         {options_.staleness, options.batch_size, options_.partition,
-         {options_.timeout, options.clip_global_norm, options.seed}});
+         {options_.timeout, options.clip_global_norm, options.seed}, p});
     auto optimizer_state = optimizer.make_state(model.parameters().size());
     io::TrainingState state = io::training_state(model, optimizer, optimizer_state);
     state.config = Config::describe();
@@ -108,6 +123,15 @@ class BasicTrainer<Config> {
     io::Progress const start = state.progress;  // a restored run continues from here (an epoch's end)
     if (start.step > 0) cluster.restore(model.parameters(), optimizer_state, start.step);
     History history = History::from_map(start.history);
+    profile::RunProfile run;  // profiled: the spans so far
+    if (p) p->start(profile::Clock::now());
+    // The spans recorded so far, those of steps in profile_steps kept (steps count from this fit's start).
+    auto drain = [&] {
+      if (!p) return;
+      std::size_t const first = run.spans.size();
+      p->drain(run.spans);
+      profile::keep_window(run.spans, first, options.profile_steps, start.step);
+    };
 
     bool stop = false;
     for (int epoch = int(start.epoch); epoch < options.epochs && !stop; ++epoch) {
@@ -130,51 +154,74 @@ class BasicTrainer<Config> {
           stop = hooks.batch_end(logs, state, callbacks...);
         }
       };
+      std::int64_t step = std::int64_t(epoch) * per_epoch;  // of the latest batch: fit's dropout stream
+      auto fetch_begin = stamp();
       while (!stop) {
         data::Batch const* batch = stream->next();
         if (!batch) break;
         auto owned = std::make_shared<ps::OwnedBatch>(*batch);
-        std::int64_t const step = std::int64_t(epoch) * per_epoch + batch->index;  // fit's dropout stream
+        step = std::int64_t(epoch) * per_epoch + batch->index;
+        auto const scheduled = mark(profile::Phase::data_wait, fetch_begin, step);
         results.push_back(cluster.coordinator().schedule([owned, step](auto& worker, std::int64_t) {
           return worker.train_on_batch(owned->view(), step);
         }));
+        auto const reported = mark(profile::Phase::schedule, scheduled, step);
         report_done(false);
+        fetch_begin = mark(profile::Phase::callbacks, reported, step);
       }
-      cluster.coordinator().join();
+      auto const joined = mark(profile::Phase::data_wait, fetch_begin, step);  // the stream's end
+      cluster.coordinator().join();  // the epoch's last steps
+      auto const reported = mark(profile::Phase::schedule, joined, step);
       report_done(true);
-
+      auto const gathered = mark(profile::Phase::callbacks, reported, step);
       cluster.gather(model.parameters(), optimizer_state);
+      mark(profile::Phase::schedule, gathered, step);
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
       if (options.validation) {
+        auto const validation_begin = stamp();
         Evaluation const v = evaluate(model, loss, *options.validation, options.batch_size);
+        mark(profile::Phase::validation, validation_begin, step);
         epoch_logs.val_loss = v.loss;
         epoch_logs.val_accuracy = v.accuracy;
       }
+      drain();  // no step is in flight
       epoch_logs.seconds = seconds_since(started);
       history.append(epoch_logs);
-      io::Progress& p = state.progress;
-      p.step = p.micro_batches = cluster.server(0).version();  // every server applied every step once
-      p.epoch = epoch + 1;
-      p.batch = 0;
-      p.epoch_loss_sum = 0.0;
-      p.epoch_correct = p.epoch_samples = 0;
-      p.history = history.to_map();
+      io::Progress& progress = state.progress;
+      progress.step = progress.micro_batches = cluster.server(0).version();  // every server applied every step once
+      progress.epoch = epoch + 1;
+      progress.batch = 0;
+      progress.epoch_loss_sum = 0.0;
+      progress.epoch_correct = progress.epoch_samples = 0;
+      progress.history = history.to_map();
       state.at_step_boundary = true;
       stop |= hooks.epoch_end(epoch_logs, state, callbacks...);
+    }
+    if constexpr (profiled) {
+      drain();
+      run.set_steps(cluster.server(0).version() - start.step, options.profile_steps);
+      run.local_replicas = run.world = workers;
+      run.servers = servers;
+      run.config = Config::describe();
+      profile::Memory memory;
+      profile::read_process_memory(memory);
+      run.memory = {memory};
+      hooks.profile(run, callbacks...);
     }
     hooks.train_end(history, state, callbacks...);
     return history;
   }
 
   // Evaluation and prediction read the weights in `model` (fit leaves the servers' there):
-  // they run as on Mirrored<Workers>, one thread per worker.
-  template <class Model, nn::Loss LossFn>
-  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256) {
-    return mirrored().evaluate(model, loss, data, batch_size);
+  // they run as on Mirrored<Workers>, one thread per worker, profiled as there.
+  template <class Model, nn::Loss LossFn, class... Cs>
+  Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256,
+                      Cs&&... callbacks) {
+    return mirrored().evaluate(model, loss, data, batch_size, std::forward<Cs>(callbacks)...);
   }
-  template <class Model>
-  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256) {
-    return mirrored().predict(model, data, batch_size);
+  template <class Model, class... Cs>
+  Matrix predict(Model const& model, data::Dataset const& data, int batch_size = 256, Cs&&... callbacks) {
+    return mirrored().predict(model, data, batch_size, std::forward<Cs>(callbacks)...);
   }
 
  private:

@@ -26,6 +26,7 @@
 #include "strata/data/batch.hpp"
 #include "strata/nn/loss.hpp"
 #include "strata/policy/device.hpp"
+#include "strata/profile/cluster_probe.hpp"
 #include "strata/ps/message.hpp"
 #include "strata/ps/partition.hpp"
 #include "strata/strategy/distribute.hpp"
@@ -63,6 +64,7 @@ class Worker {
     for (int s = 0; s < partition.servers(); ++s) {
       shards_.push_back(partition.of(s));
       buffers_.emplace_back(partition.floats(s));
+      bytes_ += std::int64_t(partition.floats(s) * sizeof(float));
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       sockets_.back().set(zmq::sockopt::linger, 0);
       connect_to(sockets_.back(), servers[std::size_t(s)], "worker");
@@ -88,9 +90,16 @@ class Worker {
   StepResult train_on_batch(data::Batch const& batch, std::int64_t step) {
     StepResult result;
     for (;; ++result.attempts) {
+      int const attempt = result.attempts - 1;
+      auto const pull_begin = stamp();
       pull();
-      result.tally = compute(batch, step);
-      if (push(step)) return result;
+      auto const pulled = stamp();
+      if (probe_) probe_->record_worker(index_, profile::Phase::pull, pull_begin, pulled, step, attempt, bytes_);
+      result.tally = compute(batch, step, attempt);
+      auto const push_begin = stamp();
+      bool const applied = push(step);
+      if (probe_) probe_->record_worker(index_, profile::Phase::push, push_begin, stamp(), step, attempt, bytes_);
+      if (applied) return result;
       if (result.attempts >= options_.max_attempts)
         throw CommError(strata::detail::message("ps: worker ", index_, " pushed step ", step, " ", result.attempts,
                                                 " times and a server answered stale every time; raise the staleness "
@@ -100,6 +109,10 @@ class Worker {
 
   [[nodiscard]] Model const& model() const { return model_; }
   [[nodiscard]] int index() const { return index_; }
+
+  // Times every step's pull, forward, backward and push from now on (nullptr: no longer).
+  // Before the worker's first step, or between steps.
+  void attach_probe(profile::ClusterProbe* probe) { probe_ = probe; }
 
   // One request of `kind` that carries nothing (a chief's snapshot or stop) to server s, and
   // its answer, which must be of kind `expected`.
@@ -113,14 +126,17 @@ class Worker {
 
  private:
   // Forward and backward on the whole batch into the model's gradients, scaled to the batch
-  // mean and clipped. The dropout seed is fit's for the same step number.
-  train::Tally compute(data::Batch const& batch, std::int64_t step) {
+  // mean and clipped. The dropout seed is fit's for the same step number. Profiled, the
+  // scaling and clipping count as backward.
+  train::Tally compute(data::Batch const& batch, std::int64_t step, int attempt) {
     strategy::DistributedBatch const whole(batch, 1);
     strategy::Shard const shard = whole.shard(0);
     float* gradients = model_.gradients().data();
+    auto const forward_begin = stamp();
+    auto forward_end = forward_begin;
     train::Tally const tally = pass_.train(model_, model_.parameters().data(), loss_, shard, false, nullptr,
                                            {true, mix64(options_.seed, std::uint64_t(step)), shard.first_sample}, 1.0f,
-                                           gradients, false, [](std::size_t) {}, [] {});
+                                           gradients, false, [](std::size_t) {}, [&] { forward_end = stamp(); });
     std::size_t const n = model_.gradients().size();
     float const scale = 1.0f / float(batch.size);
     for (std::size_t i = 0; i < n; ++i) gradients[i] = gradients[i] * scale;
@@ -131,8 +147,15 @@ class Worker {
         for (std::size_t i = 0; i < n; ++i) gradients[i] *= factor;
       }
     }
+    if (probe_) {
+      probe_->record_worker(index_, profile::Phase::forward, forward_begin, forward_end, step, attempt);
+      probe_->record_worker(index_, profile::Phase::backward, forward_end, stamp(), step, attempt);
+    }
     return tally;
   }
+
+  // The probe's clock, or 0 when unprofiled (no clock is read).
+  [[nodiscard]] std::int64_t stamp() const { return probe_ ? probe_->now() : 0; }
 
   // Each server its part of the gradient; true when every server applied the step.
   bool push(std::int64_t step) {
@@ -203,6 +226,8 @@ class Worker {
   std::vector<std::vector<Shard>> shards_;
   std::vector<std::vector<float>> buffers_;  // per server: its part of a gradient, packed
   std::vector<zmq::socket_t> sockets_;
+  std::int64_t bytes_ = 0;  // a whole model's floats: what a pull fetches and a push sends
+  profile::ClusterProbe* probe_ = nullptr;
 };
 
 }  // namespace strata::ps
