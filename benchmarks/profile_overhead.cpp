@@ -3,8 +3,9 @@
 // callback, with a Profiler, and with a Profiler, a TraceWriter and a TensorBoard callback;
 // evaluate over the same 10 batches without and with a Profiler; and a custom loop of the
 // same 10 steps (Strategy::run: forward, backward, all-reduce of the gradients) without and
-// with a LoopProfiler. The budget is 1% of the plain run; scripts and figures in
-// docs/benchmarks.md.
+// with a LoopProfiler; and (where ZeroMQ is found) one epoch of Trainer<ParameterServer<2, 1>>
+// (staleness 1: the two workers overlap) without and with a Profiler. The budget is
+// 1% of the plain run; scripts and figures in docs/benchmarks.md.
 //
 //   profile_overhead --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
 
@@ -18,6 +19,9 @@
 
 #include <strata.hpp>
 #include <strata/tensorboard.hpp>
+#ifdef STRATA_BENCH_PS
+#include <strata/ps.hpp>
+#endif
 
 #include "mlp_step.hpp"
 
@@ -29,10 +33,9 @@ strata::Dataset const& epoch_data() {
 }
 
 // `make_callbacks()` gives each epoch's fresh callbacks, as a tuple.
-template <class MakeCallbacks>
-void fit_epoch(benchmark::State& state, MakeCallbacks make_callbacks) {
+template <class Trainer, class MakeCallbacks>
+void fit_epoch_on(Trainer& trainer, benchmark::State& state, MakeCallbacks make_callbacks) {
   Model model(1);
-  strata::Trainer<strata::Mirrored<2>> trainer;
   strata::FitOptions const options{.epochs = 1, .batch_size = batch_size, .shuffle = false};
   for (auto _ : state) {
     auto callbacks = make_callbacks();
@@ -41,6 +44,12 @@ void fit_epoch(benchmark::State& state, MakeCallbacks make_callbacks) {
   }
   state.counters["samples_per_second"] =
       benchmark::Counter(double(state.iterations()) * double(epoch_data().size()), benchmark::Counter::kIsRate);
+}
+
+template <class MakeCallbacks>
+void fit_epoch(benchmark::State& state, MakeCallbacks make_callbacks) {
+  strata::Trainer<strata::Mirrored<2>> trainer;
+  fit_epoch_on(trainer, state, make_callbacks);
 }
 
 void plain(benchmark::State& state) {
@@ -56,6 +65,19 @@ void everything(benchmark::State& state) {
                            strata::TensorBoard{dir / "logs"});
   });
 }
+
+#ifdef STRATA_BENCH_PS
+// Each epoch starts its cluster (server and worker threads, sockets) anew, profiled or not.
+using PsTrainer = strata::Trainer<strata::ParameterServer<2, 1>>;
+void ps_plain(benchmark::State& state) {
+  PsTrainer trainer({.staleness = 1});
+  fit_epoch_on(trainer, state, [] { return std::tuple<>{}; });
+}
+void ps_profiler(benchmark::State& state) {
+  PsTrainer trainer({.staleness = 1});
+  fit_epoch_on(trainer, state, [] { return std::make_tuple(strata::Profiler({.summary = false})); });
+}
+#endif
 
 void evaluate(benchmark::State& state, bool profiled) {
   Model const model(1);
@@ -124,4 +146,8 @@ BENCHMARK(evaluate_profiler)->Name("Evaluate/Profiler")->Unit(benchmark::kMillis
 BENCHMARK(plain)->Name("Fit/plain")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(profiler)->Name("Fit/Profiler")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(everything)->Name("Fit/Profiler+TraceWriter+TensorBoard")->Unit(benchmark::kMillisecond)->UseRealTime();
+#ifdef STRATA_BENCH_PS
+BENCHMARK(ps_plain)->Name("ParameterServer/plain")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(ps_profiler)->Name("ParameterServer/Profiler")->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 BENCHMARK_MAIN();
