@@ -291,6 +291,42 @@ struct PassesOf {
       else if (s.replica >= 0) worker[s.step].push_back(s);
     }
   }
+
+  // Checks that every step is passes of one worker, each a pull, forward, backward and push
+  // one after the other, numbered 0, 1, ..., each moving the whole model, and that each of
+  // the `servers` applied the step once, inside the last attempt's push (the one applied).
+  // Returns the passes computed again after a stale answer.
+  [[nodiscard]] std::int64_t check(int servers) const {
+    constexpr std::array order{profile::Phase::pull, profile::Phase::forward, profile::Phase::backward,
+                               profile::Phase::push};
+    std::int64_t repeated = 0;
+    for (auto const& [step, spans] : worker) {
+      CAPTURE(step);
+      REQUIRE(!spans.empty());
+      REQUIRE(spans.size() % 4 == 0);
+      repeated += std::int64_t(spans.size() / 4) - 1;
+      for (std::size_t i = 0; i < spans.size(); ++i) {
+        CHECK(spans[i].phase == order[i % 4]);
+        CHECK(spans[i].attempt == i / 4);
+        CHECK(spans[i].replica == spans[0].replica);
+        CHECK(spans[i].begin_ns <= spans[i].end_ns);
+        if (i > 0) CHECK(spans[i - 1].end_ns <= spans[i].begin_ns);
+        if (i % 4 == 0 || i % 4 == 3) CHECK(spans[i].bytes == std::int64_t(Model::parameter_count * sizeof(float)));
+      }
+      auto const it = apply.find(step);
+      REQUIRE(it != apply.end());
+      REQUIRE(it->second.size() == std::size_t(servers));
+      std::set<int> applied;
+      for (auto const& update : it->second) {
+        applied.insert(update.replica);
+        CHECK(update.begin_ns >= spans.back().begin_ns);
+        CHECK(update.end_ns <= spans.back().end_ns);
+      }
+      CHECK(int(applied.size()) == servers);  // each server once
+    }
+    CHECK(apply.size() == worker.size());
+    return repeated;
+  }
 };
 }  // namespace
 
@@ -317,32 +353,8 @@ TEST_CASE("a profiled Trainer<ParameterServer> fit times each worker's pass and 
   CHECK(run.run_steps == 42);
   PassesOf const passes(run);
   REQUIRE(passes.worker.size() == 42);
+  CHECK(passes.check(2) == 0);  // under S = 0 no push is stale
   std::int64_t const model_bytes = std::int64_t(Model::parameter_count * sizeof(float));
-  for (auto const& [step, spans] : passes.worker) {
-    CAPTURE(step);
-    REQUIRE(spans.size() == 4);  // one attempt: under S = 0 no push is stale
-    CHECK(spans[0].phase == profile::Phase::pull);
-    CHECK(spans[1].phase == profile::Phase::forward);
-    CHECK(spans[2].phase == profile::Phase::backward);
-    CHECK(spans[3].phase == profile::Phase::push);
-    for (std::size_t i = 0; i < 4; ++i) {
-      CHECK(spans[i].replica == spans[0].replica);
-      CHECK(spans[i].attempt == 0);
-      CHECK(spans[i].begin_ns <= spans[i].end_ns);
-      if (i > 0) CHECK(spans[i - 1].end_ns <= spans[i].begin_ns);
-    }
-    CHECK(spans[0].bytes == model_bytes);
-    CHECK(spans[3].bytes == model_bytes);
-    auto const it = passes.apply.find(step);
-    REQUIRE(it != passes.apply.end());
-    REQUIRE(it->second.size() == 2);
-    CHECK(it->second[0].replica + it->second[1].replica == 1);  // servers 0 and 1
-    for (auto const& update : it->second) {
-      CHECK(update.begin_ns >= spans[3].begin_ns);
-      CHECK(update.end_ns <= spans[3].end_ns);
-    }
-  }
-  CHECK(passes.apply.size() == 42);
 
   auto const report = profile::summarize(run);
   REQUIRE(report.exchange);
@@ -394,23 +406,7 @@ TEST_CASE("a profiled asynchronous Trainer<ParameterServer> keeps the spans of i
   for (auto const& s : run.spans) CHECK((s.step >= 10 && s.step < 40));
   PassesOf const passes(run);
   REQUIRE(passes.worker.size() == 30);
-  std::int64_t stale = 0;
-  for (auto const& [step, spans] : passes.worker) {
-    CAPTURE(step);
-    REQUIRE(spans.size() % 4 == 0);
-    int const attempts = int(spans.size() / 4);
-    stale += attempts - 1;
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-      CHECK(spans[i].attempt == i / 4);
-      CHECK(spans[i].replica == spans[0].replica);
-    }
-    auto const& last_push = spans.back();
-    REQUIRE(last_push.phase == profile::Phase::push);
-    REQUIRE(passes.apply.count(step) == 1);
-    REQUIRE(passes.apply.at(step).size() == 1);  // at most once, on the one server
-    CHECK(passes.apply.at(step)[0].begin_ns >= last_push.begin_ns);
-    CHECK(passes.apply.at(step)[0].end_ns <= last_push.end_ns);
-  }
+  std::int64_t const stale = passes.check(1);
   auto const report = profile::summarize(run);
   REQUIRE(report.exchange);
   CHECK(report.exchange->stale == stale);
@@ -460,23 +456,8 @@ TEST_CASE("profiled workers number each attempt a stale answer forced, as the se
   probe.drain(run.spans);
   PassesOf const passes(run);
   REQUIRE(passes.worker.size() == 20);
-  std::int64_t repeated = 0;
-  for (auto const& [step, spans] : passes.worker) {
-    CAPTURE(step);
-    REQUIRE(spans.size() % 4 == 0);
-    repeated += std::int64_t(spans.size() / 4) - 1;
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-      CHECK(spans[i].attempt == i / 4);
-      CHECK(spans[i].phase == std::array{profile::Phase::pull, profile::Phase::forward, profile::Phase::backward,
-                                         profile::Phase::push}[i % 4]);
-      CHECK(spans[i].replica == step / 10);
-    }
-    // The update lies in the push the server applied: the last attempt's.
-    REQUIRE(passes.apply.count(step) == 1);
-    REQUIRE(passes.apply.at(step).size() == 1);
-    CHECK(passes.apply.at(step)[0].begin_ns >= spans.back().begin_ns);
-    CHECK(passes.apply.at(step)[0].end_ns <= spans.back().end_ns);
-  }
+  std::int64_t const repeated = passes.check(1);
+  for (auto const& [step, spans] : passes.worker) CHECK(spans[0].replica == step / 10);  // worker 1: steps 10-19
   MESSAGE("stale answers: ", server.stale_pushes(), " of ", 20 + server.stale_pushes(), " pushes");
   CHECK(repeated == server.stale_pushes());
   CHECK(repeated == retries.load());

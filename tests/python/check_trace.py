@@ -58,14 +58,19 @@ def main():
                 reduces = sum(n for (p, t, name), n in count.items() if p == w and t == 2 + 2 * r and name.startswith("all-reduce"))
                 if reduces < steps[w]:
                     problems.append(f"worker {w} replica {r}: {reduces} all-reduce spans for {steps[w]} steps")
-    for e in spans:
-        if e["dur"] < 0 or e["ts"] < 0:
-            problems.append(f"negative time in {e}")
-            break
+    return finish(problems, spans, f"trace ok: {args.workers} worker{'s' if args.workers != 1 else ''}, "
+                                   f"{len(spans)} spans, {sum(steps.values())} steps")
+
+
+def finish(problems, spans, ok):
+    """Adds a span of negative time, if any, to the problems; prints them (or `ok`); the exit status."""
+    negative = next((e for e in spans if e["dur"] < 0 or e["ts"] < 0), None)
+    if negative:
+        problems.append(f"negative time in {negative}")
     if problems:
-        print("trace problems:\n  " + "\n  ".join(problems))
+        print("trace problems:\n  " + "\n  ".join(problems[:20]))
         return 1
-    print(f"trace ok: {args.workers} worker{'s' if args.workers != 1 else ''}, {len(spans)} spans, {sum(steps.values())} steps")
+    print(ok)
     return 0
 
 
@@ -102,16 +107,9 @@ def check_cluster(args, threads, processes, spans):
         for s in range(args.servers):
             if applied[(s, step)] != 1:
                 problems.append(f"step {step}: server {s} applied it {applied[(s, step)]} times")
-    for e in spans:
-        if e["dur"] < 0 or e["ts"] < 0:
-            problems.append(f"negative time in {e}")
-            break
-    if problems:
-        print("trace problems:\n  " + "\n  ".join(problems[:20]))
-        return 1
-    print(f"trace ok: ParameterServer of {args.workers} worker{'s' if args.workers != 1 else ''} and {args.servers} "
-          f"server{'s' if args.servers != 1 else ''}, {len(spans)} spans, {len(passes)} steps")
-    return 0
+    return finish(problems, spans, f"trace ok: ParameterServer of {args.workers} worker{'s' if args.workers != 1 else ''} "
+                                   f"and {args.servers} server{'s' if args.servers != 1 else ''}, {len(spans)} spans, "
+                                   f"{len(passes)} steps")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@
 //
 // With staleness 0 the steps run one after another, each on the weights of all before it:
 // the same updates as Trainer<OneDevice> on the same batches, bit for bit.
+// A Profiler or TraceWriter among the callbacks times each worker's pull, forward, backward
+// and push of every attempt, each server's update and the loop's scheduling
+// (profile/cluster_probe.hpp; docs/monitoring.md, "ParameterServer").
 // Separate processes (TF_CONFIG roles over tcp://) run the same steps through ps/job.hpp.
 
 #include <chrono>
