@@ -1,8 +1,8 @@
 // A custom training loop with the tf.distribute-style API: Strategy::distribute splits each
 // global batch, Strategy::run runs the step on every replica, ReplicaContext::all_reduce
 // sums gradients, and each replica updates the slice of the shared weights it owns. A
-// LoopProfiler times the loop's steps and each replica's run, and a Profiler prints where the
-// time went at the end.
+// LoopProfiler times the loop's steps, each replica's run and its all_reduce calls, and a
+// Profiler prints where the time went at the end.
 //
 //   custom_loop [--epochs N]
 

@@ -405,10 +405,16 @@ TEST_CASE("LoopProfiler across processes: every worker is handed every worker's 
   CHECK(run.steps == steps);
   for (int w = 0; w < world_size(); ++w)
     for (int r = 0; r < 2; ++r) {
-      std::int64_t runs = 0;
-      for (auto const& s : run.spans) runs += s.worker == w && s.replica == r && s.phase == profile::Phase::run;
+      std::int64_t runs = 0, reduces = 0;
+      for (auto const& s : run.spans) {
+        runs += s.worker == w && s.replica == r && s.phase == profile::Phase::run;
+        reduces += s.worker == w && s.replica == r && s.phase == profile::Phase::all_reduce && s.bytes == 4;
+      }
       CHECK(runs == steps);
+      CHECK(reduces == steps);  // each run's all_reduce, timed on every worker
     }
+  REQUIRE(profiler.report().collectives);
+  CHECK(profiler.report().collectives->count == 2 * world_size() * steps);
 }
 
 namespace {

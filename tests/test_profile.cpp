@@ -310,18 +310,39 @@ TEST_CASE("LoopProfiler times a custom loop's steps and every replica's run func
   CHECK(count.at({P::data_wait, -1}) == 6);
   CHECK(count.at({P::run, 0}) == 7);
   CHECK(count.at({P::run, 1}) == 7);
-  CHECK(count.size() == 4);
+  CHECK(count.at({P::all_reduce, 0}) == 6);  // the loop body's one all_reduce per step
+  CHECK(count.at({P::all_reduce, 1}) == 6);
+  CHECK(count.size() == 6);
   std::map<std::int64_t, profile::Span> steps;
+  std::map<std::tuple<std::int64_t, int>, profile::Span> runs;  // by step and replica
   for (auto const& s : run.spans)
     if (s.phase == P::step) steps[s.step] = s;
   for (auto const& s : run.spans)
     if (s.phase == P::run && s.end_ns <= steps.at(5).end_ns) {  // the runs inside steps lie inside them
       CHECK(s.begin_ns >= steps.at(s.step).begin_ns);
       CHECK(s.end_ns <= steps.at(s.step).end_ns);
+      runs[{s.step, s.replica}] = s;
     }
+  for (auto const& s : run.spans)
+    if (s.phase == P::all_reduce) {  // each call inside its replica's run, with its bytes and index
+      auto const& in = runs.at({s.step, s.replica});
+      CHECK(s.begin_ns >= in.begin_ns);
+      CHECK(s.end_ns <= in.end_ns);
+      CHECK(s.bytes == 4);
+      CHECK(s.bucket == 0);
+    }
+  REQUIRE(profiler.report().collectives);
+  auto const& collectives = *profiler.report().collectives;
+  CHECK(collectives.count == 12);
+  CHECK(collectives.buckets_per_step == 1);
+  CHECK(collectives.bytes_per_step == 4.0);
+  CHECK(collectives.latency_ms.p50 > 0.0);
   std::string const table = out.str();
   CHECK_MESSAGE(table.find("Profile of custom loop - 2 replicas (1 worker) - 6 steps") == 0, table);
   CHECK(table.find("run per replica") != std::string::npos);
+  CHECK(table.find("  all-reduce - 1 call/step - p50 ") != std::string::npos);
+  CHECK(table.find("hidden behind backward") == std::string::npos);  // a loop's collectives are its own code
+  CHECK(profile::chrome_trace(run).find("\"name\":\"all-reduce call 0\"") != std::string::npos);
   CHECK(table.find("arena") == std::string::npos);  // a custom loop's buffers are its own
 
   // A window; a second profiler on a profiled strategy; untimed once it is gone.

@@ -56,15 +56,11 @@ class ClusterProbe {
   // Every span recorded since the last call, appended to `out` (loop, workers, servers).
   // On the loop, while no step is in flight.
   void drain(std::vector<Span>& out) {
-    auto move = [&](std::vector<Span>& spans) {
-      out.insert(out.end(), spans.begin(), spans.end());
-      spans.clear();
-    };
-    move(loop_);
-    for (auto& spans : workers_) move(spans.value);
+    move_spans(loop_, out);
+    for (auto& spans : workers_) move_spans(spans.value, out);
     for (auto& server : servers_) {
       std::lock_guard lock(server.value.mutex);
-      move(server.value.spans);
+      move_spans(server.value.spans, out);
     }
   }
 

@@ -79,6 +79,35 @@ inline std::int64_t since(Clock::time_point origin, Clock::time_point t = Clock:
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin).count();
 }
 
+// Appends `spans` to `out` and empties it, keeping its capacity (no allocation next step).
+inline void move_spans(std::vector<Span>& spans, std::vector<Span>& out) {
+  out.insert(out.end(), spans.begin(), spans.end());
+  spans.clear();
+}
+
+// One replica thread's handle on a probe, for code not templated on the replica count:
+// strategy::BasicReplicaContext times a custom loop's collectives through it. It appends to
+// that replica's buffer, as the probe's record(replica, ...) does. Default: untimed.
+class ReplicaTimer {
+ public:
+  ReplicaTimer() = default;
+  ReplicaTimer(Clock::time_point origin, std::vector<Span>& spans, std::int64_t const& step, int worker, int replica)
+      : origin_(origin), spans_(&spans), step_(&step), worker_(worker), replica_(std::int16_t(replica)) {}
+
+  [[nodiscard]] explicit operator bool() const { return spans_ != nullptr; }
+  [[nodiscard]] std::int64_t now() const { return since(origin_); }
+  void record(Phase phase, std::int64_t begin, std::int64_t end, int index = -1, std::int64_t bytes = 0) const {
+    spans_->push_back({begin, end, *step_, bytes, worker_, replica_, std::int16_t(index), phase});
+  }
+
+ private:
+  Clock::time_point origin_{};
+  std::vector<Span>* spans_ = nullptr;
+  std::int64_t const* step_ = nullptr;
+  std::int32_t worker_ = 0;
+  std::int16_t replica_ = -1;
+};
+
 // The probe of a run without profiling: nothing is read, nothing is stored.
 struct NoProbe {
   static constexpr bool enabled = false;
@@ -120,15 +149,16 @@ class Probe {
     (replica < 0 ? loop_ : replicas_[std::size_t(replica)].value).push_back(s);
   }
 
+  // Replica `replica`'s handle, for its thread (while the probe lives).
+  [[nodiscard]] ReplicaTimer timer(int replica) {
+    return {origin_, replicas_[std::size_t(replica)].value, step_, worker_, replica};
+  }
+
   // Between steps, on the training loop: appends every span recorded since the last call to
   // `out` and forgets them.
   void drain(std::vector<Span>& out) {
-    auto move = [&](std::vector<Span>& spans) {
-      out.insert(out.end(), spans.begin(), spans.end());
-      spans.clear();
-    };
-    move(loop_);
-    for (auto& spans : replicas_) move(spans.value);
+    move_spans(loop_, out);
+    for (auto& spans : replicas_) move_spans(spans.value, out);
   }
 
  private:

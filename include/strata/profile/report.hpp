@@ -59,7 +59,7 @@ struct ReplicaTime {
 };
 
 struct Collectives {
-  std::int64_t count = 0;     // bucket all-reduces, every replica's
+  std::int64_t count = 0;     // bucket all-reduces, every replica's (a custom loop: its all_reduce calls)
   std::int64_t buckets_per_step = 0;
   double bytes_per_step = 0.0;  // one replica's buckets in one optimizer step
   Percentiles latency_ms;
@@ -153,7 +153,15 @@ struct Report {
                     slowest->replica);
       out += line;
     }
-    if (collectives) {
+    if (collectives && activity == "custom loop") {  // the loop's own all_reduce calls, inside its run spans
+      Collectives const& c = *collectives;
+      std::snprintf(line, sizeof line,
+                    "  all-reduce - %lld call%s/step - p50 %.3fms - p90 %.3fms - p99 %.3fms - %s/step - bus %s/s\n",
+                    static_cast<long long>(c.buckets_per_step), c.buckets_per_step == 1 ? "" : "s", c.latency_ms.p50,
+                    c.latency_ms.p90, c.latency_ms.p99, bytes_text(c.bytes_per_step).c_str(),
+                    bytes_text(c.bus_bandwidth).c_str());
+      out += line;
+    } else if (collectives) {
       Collectives const& c = *collectives;
       std::snprintf(line, sizeof line,
                     "  all-reduce - %lld bucket%s/step - p50 %.3fms - p90 %.3fms - p99 %.3fms - %s/step - bus %s/s - "

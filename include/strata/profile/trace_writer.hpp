@@ -58,9 +58,9 @@ inline std::string chrome_trace(RunProfile const& run) {
     double const ts = double(s.begin_ns) * 1e-3, dur = double(s.end_ns - s.begin_ns) * 1e-3;
     if (s.phase == Phase::all_reduce)
       std::snprintf(event, sizeof event,
-                    "{\"ph\":\"X\",\"name\":\"all-reduce bucket %d\",\"cat\":\"communication\",\"pid\":%d,\"tid\":%d,"
+                    "{\"ph\":\"X\",\"name\":\"all-reduce %s %d\",\"cat\":\"communication\",\"pid\":%d,\"tid\":%d,"
                     "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld,\"bytes\":%lld}},\n",
-                    int(s.bucket), int(s.worker), track(s), ts, dur, static_cast<long long>(s.step),
+                    run.activity == "custom loop" ? "call" : "bucket", int(s.bucket), int(s.worker), track(s), ts, dur, static_cast<long long>(s.step),
                     static_cast<long long>(s.bytes));
     else if (cluster && s.replica >= 0)  // a worker's pass (each attempt of a step) or a server's update
       std::snprintf(event, sizeof event,

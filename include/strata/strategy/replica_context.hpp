@@ -5,6 +5,8 @@
 // process (comm::ThreadCommunicator), or, for MultiWorkerMirrored, every replica of every
 // process (comm::WorkerCommunicator). `strata::ReplicaContext` is the first; a function
 // written for any strategy takes `auto& context` (or `Strategy<...>::context_type&`).
+// Under a profile::LoopProfiler each all_reduce is timed (an all-reduce span of the replica,
+// with its bytes); otherwise it tests one null pointer.
 
 #include <cstddef>
 #include <span>
@@ -13,6 +15,7 @@
 #include "strata/comm/communicator.hpp"
 #include "strata/comm/reduce_op.hpp"
 #include "strata/comm/thread_communicator.hpp"
+#include "strata/profile/probe.hpp"
 
 namespace strata::strategy {
 
@@ -44,17 +47,33 @@ class BasicReplicaContext {
   // compresses its gradients by rounding them into a 16-bit buffer (strata::store), reducing
   // that and widening it back (strata::load). The Compress<T> policy applies to the
   // trainer's gradient sync (train::StepRunner), not to the collectives a loop calls itself.
-  void all_reduce(std::span<float> data, comm::ReduceOp op) { comm_->all_reduce(data, op); }
+  void all_reduce(std::span<float> data, comm::ReduceOp op) {
+    timed(data.size_bytes(), [&] { comm_->all_reduce(data, op); });
+  }
   template <comm::Reducible T>
     requires(!std::is_same_v<T, float>)
   void all_reduce(std::span<T> data, comm::ReduceOp op) {
-    comm_->all_reduce(data, op);
+    timed(data.size_bytes(), [&] { comm_->all_reduce(data, op); });
   }
 
-  // The communicator, for the other collectives.
+  // The communicator, for the other collectives (untimed).
   [[nodiscard]] Comm& communicator() { return *comm_; }
 
+  // Times this replica's all_reduce calls from now on (Strategy::run, under a LoopProfiler).
+  void time_collectives(profile::ReplicaTimer timer) { timer_ = timer; }
+
  private:
+  // A collective of `bytes`, recorded as the replica's next all-reduce when timed.
+  template <class F>
+  void timed(std::size_t bytes, F&& collective) {
+    if (!timer_) return collective();
+    std::int64_t const begin = timer_.now();
+    collective();
+    timer_.record(profile::Phase::all_reduce, begin, timer_.now(), collectives_++, std::int64_t(bytes));
+  }
+
+  profile::ReplicaTimer timer_;
+  int collectives_ = 0;  // timed so far in this run call
   Comm* comm_;
   int local_replica_;
   int local_replicas_;

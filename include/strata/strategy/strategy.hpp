@@ -236,9 +236,10 @@ class BasicStrategy {
   auto run_replicas(F&& fn) {
     make_communicators();
     using Result = std::invoke_result_t<F&, context_type&>;
-    // A replica's function, timed when a probe is attached.
-    auto timed = [&](int replica, auto&& call) {
+    // A replica's function, timed when a probe is attached, and its context's collectives.
+    auto timed = [&](int replica, context_type& context, auto&& call) {
       if (!probe_) return call();
+      context.time_collectives(probe_->timer(replica));
       auto const begin = probe_->now();
       struct Record {  // also when the function throws
         profile::Probe<num_replicas>* probe;
@@ -251,14 +252,14 @@ class BasicStrategy {
     if constexpr (std::is_void_v<Result>) {
       auto task = [&](int replica) {
         context_type context(communicators_[std::size_t(replica)], replica, num_replicas);
-        timed(replica, [&] { fn(context); });
+        timed(replica, context, [&] { fn(context); });
       };
       group_.run(task);
     } else {
       PerReplica<Result, num_replicas> results;
       auto task = [&](int replica) {
         context_type context(communicators_[std::size_t(replica)], replica, num_replicas);
-        timed(replica, [&] { results[replica] = fn(context); });
+        timed(replica, context, [&] { results[replica] = fn(context); });
       };
       group_.run(task);
       return results;
