@@ -2,13 +2,14 @@
 // high-water, a trace timeline and TensorBoard curves (docs/monitoring.md).
 //
 //   monitoring [--epochs N] [--batch-size B] [--out DIR] [--update-freq N] [--profile-skip N] [--profile-steps N]
-//              [--strategy mirrored|parameter-server]
+//              [--profile-every N] [--strategy mirrored|parameter-server]
 //
 // writes DIR/trace.json (open it in ui.perfetto.dev or chrome://tracing), DIR/logs/
 // (`tensorboard --logdir DIR/logs`) and DIR/history.csv, and prints the profile summary after
 // training, and that of the evaluation on the test set. --profile-skip and --profile-steps keep
 // the spans of a window of steps only (FitOptions::profile_steps): a long run's summary and
-// trace without its whole history in memory. --strategy parameter-server trains on
+// trace without its whole history in memory; --profile-every N repeats that window every N
+// steps, sampling the whole run. --strategy parameter-server trains on
 // Trainer<ParameterServer<2, 1>> (staleness 1) instead of Trainer<Mirrored<2>>: the summary
 // then shows the workers' pulls, passes and pushes and the server's updates. The last line
 // is `test_accuracy=0.xxxx`.
@@ -40,11 +41,12 @@ int main(int argc, char** argv) {
     else if (flag == "--out") out = argv[i + 1];
     else if (flag == "--profile-skip") window.skip = std::atoll(argv[i + 1]);
     else if (flag == "--profile-steps") window.steps = std::atoll(argv[i + 1]);
+    else if (flag == "--profile-every") window.every = std::atoll(argv[i + 1]);
     else if (flag == "--strategy") strategy = argv[i + 1];
     else {
       std::cerr << "unknown flag " << flag
                 << "; use --epochs N --batch-size B --out DIR --update-freq N --profile-skip N --profile-steps N "
-                   "--strategy mirrored|parameter-server\n";
+                   "--profile-every N --strategy mirrored|parameter-server\n";
       return 2;
     }
   }

@@ -186,6 +186,21 @@ TEST_CASE("FitOptions::profile_steps keeps the spans of a window of steps; on_st
                     std::string::npos,
                 late.report().table());
 
+  // A window that repeats: 3 of every 5 steps after the first 2 (steps 2-4, 7-9, ... 22-23).
+  Profiler sampled({.summary = false});
+  options.profile_steps = {.skip = 2, .steps = 3, .every = 5};
+  options.validation.reset();
+  fit_weights<Trainer<Mirrored<2>>>(options, sampled);
+  std::set<std::int64_t> sampled_steps;
+  for (auto const& s : sampled.run().spans) sampled_steps.insert(s.step);
+  CHECK(sampled_steps == std::set<std::int64_t>{2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19, 22, 23});
+  CHECK(sampled.run().steps == 14);
+  CHECK(census(sampled.run()).at({P::forward, 1}) == 14);
+  CHECK_MESSAGE(sampled.report().table().find("Profile - 2 replicas (1 worker) - 3 of every 5 steps from step 3: 14 of 24") == 0,
+                sampled.report().table());
+  CHECK((profile::StepWindow{.skip = 2, .steps = 3, .every = 5}.kept_of(25) == 15));  // 23 steps after the skip: 4 × 3 + 3
+  CHECK((profile::StepWindow{.skip = 2, .steps = 3, .every = 5}.kept_of(2) == 0));
+
   // The last steps only: the window's end need not be named.
   Profiler tail({.summary = false});
   fit_weights<Trainer<OneDevice>>({.epochs = 1, .batch_size = 100, .profile_steps = {.skip = 4}}, tail);
@@ -383,6 +398,12 @@ TEST_CASE("a profile window that cannot hold a step is a ConfigError naming the 
   };
   CHECK_THROWS_WITH_AS(fit({.skip = -1}), doctest::Contains("profile_steps.skip -1 must be >= 0"), ConfigError);
   CHECK_THROWS_WITH_AS(fit({.steps = 0}), doctest::Contains("profile_steps.steps 0 must be >= 1"), ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.steps = 10, .every = 5}),
+                       doctest::Contains("profile_steps.every 5 must be 0 (one window) or at least .steps 10 (windows would overlap)"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.every = 100}), doctest::Contains("(set .steps: the steps profiled in each period)"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.steps = 1, .every = -1}), doctest::Contains("profile_steps.every -1 must be 0"), ConfigError);
 }
 
 TEST_CASE("step profiles come before on_batch_end with this step's spans, the learning rate and memory") {

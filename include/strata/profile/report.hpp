@@ -86,6 +86,8 @@ struct Report {
   std::int64_t steps = 0;               // the profiled steps (FitOptions::profile_steps)
   std::int64_t first_step = 0;          // the first of them, counted from the fit's start
   std::int64_t run_steps = 0;           // the steps the fit trained
+  std::int64_t every = 0;               // profile_steps.every: a window of `steps_per_window` every this many
+  std::int64_t steps_per_window = 0;
   double wall_seconds = 0.0;            // the chief's loop: data wait, steps, callbacks, validation
   std::vector<PhaseTime> phases;        // in Phase order, those that occurred
   std::vector<ReplicaTime> replicas;    // per worker and replica
@@ -187,11 +189,16 @@ struct Report {
 
   // "469 steps", or for a window "steps 101-150 of 469" (1-based, as a progress bar counts).
   [[nodiscard]] std::string steps_text() const {
-    char text[96];
+    char text[160];
     if (per_batch())
       std::snprintf(text, sizeof text, "%lld batch%s", static_cast<long long>(steps), steps == 1 ? "" : "es");
     else if (steps == run_steps)
       std::snprintf(text, sizeof text, "%lld steps", static_cast<long long>(steps));
+    else if (every > 0 && steps > 0)  // "10 of every 100 steps from step 51: 60 of 569"
+      std::snprintf(text, sizeof text, "%lld of every %lld steps from step %lld: %lld of %lld",
+                    static_cast<long long>(steps_per_window), static_cast<long long>(every),
+                    static_cast<long long>(first_step + 1), static_cast<long long>(steps),
+                    static_cast<long long>(run_steps));
     else if (steps == 0)
       std::snprintf(text, sizeof text, "no step profiled: %s skips %lld steps, the %s %lld",
                     activity == "fit" ? "profile_steps" : "the window", static_cast<long long>(first_step),
@@ -255,6 +262,8 @@ inline Report summarize(RunProfile const& run) {
   report.steps = run.steps;
   report.first_step = run.first_step;
   report.run_steps = run.run_steps;
+  report.every = run.window.every;
+  report.steps_per_window = run.window.steps;
 
   std::vector<double> totals(phase_count, 0.0);
   std::vector<bool> seen(phase_count, false);

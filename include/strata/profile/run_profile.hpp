@@ -19,19 +19,27 @@
 namespace strata::profile {
 
 // The steps of a fit whose spans are kept for on_profile (Profiler's summary, TraceWriter's
-// trace): skip the first `skip` steps of the fit (warm-up), keep the next `steps`. A long run
-// keeps a bounded number of spans; on_step_profile still sees every step. Steps are the
-// micro-batches this fit trains, counted from 0 at its start (after a restore too).
+// trace): skip the first `skip` steps of the fit (warm-up), keep the next `steps`, and with
+// `every` = P > 0 the first `steps` of every P steps after that too (torch.profiler's
+// `repeat`): a long run is sampled along its length, in a bounded number of spans per P
+// steps. on_step_profile still sees every step. Steps are the micro-batches this fit
+// trains, counted from 0 at its start (after a restore too).
 struct StepWindow {
   std::int64_t skip = 0;
   std::int64_t steps = std::numeric_limits<std::int64_t>::max();  // every step after the skipped ones
+  std::int64_t every = 0;  // > 0: a window of `steps` starts every `every` steps; 0: one window
 
   [[nodiscard]] bool whole_run() const { return skip == 0 && steps == std::numeric_limits<std::int64_t>::max(); }
   // Whether step `step` of the fit (0-based) is kept.
-  [[nodiscard]] bool keeps(std::int64_t step) const { return step >= skip && step - skip < steps; }
+  [[nodiscard]] bool keeps(std::int64_t step) const {
+    if (step < skip) return false;
+    return (every > 0 ? (step - skip) % every : step - skip) < steps;
+  }
   // How many of a run's `trained` steps it keeps.
   [[nodiscard]] std::int64_t kept_of(std::int64_t trained) const {
-    return std::clamp(trained - skip, std::int64_t{0}, steps);
+    std::int64_t const after = std::max(trained - skip, std::int64_t{0});
+    if (every == 0) return std::min(after, steps);
+    return after / every * steps + std::min(after % every, steps);
   }
 
   // A ConfigError naming the window (`what`: "fit: profile_steps", say) where it cannot hold a step.
@@ -42,6 +50,11 @@ struct StepWindow {
     if (steps < 1)
       throw ConfigError(strata::detail::message(what, ".steps ", steps,
                                                 " must be >= 1; leave it out to profile every step after the skipped ones"));
+    if (every < 0 || (every > 0 && every < steps))
+      throw ConfigError(strata::detail::message(
+          what, ".every ", every, " must be 0 (one window) or at least .steps ", steps,
+          steps == std::numeric_limits<std::int64_t>::max() ? " (set .steps: the steps profiled in each period)"
+                                                            : " (windows would overlap)"));
   }
 };
 
@@ -70,6 +83,7 @@ struct RunProfile {
   std::int64_t steps = 0;  // micro-batches whose spans are kept: the run's, or those in FitOptions::profile_steps
   std::int64_t first_step = 0;  // the first kept step, counted from this fit's start (profile_steps.skip)
   std::int64_t run_steps = 0;   // micro-batches trained in this fit (not those before a restore)
+  StepWindow window{};          // the window the kept steps are of
   std::vector<Span> spans;
   std::vector<Memory> memory;  // per worker, at the end of the run
 
@@ -78,6 +92,7 @@ struct RunProfile {
     run_steps = trained;
     first_step = window.skip;
     steps = window.kept_of(trained);
+    this->window = window;
   }
 
   // The spans of `phase` (of worker `worker`, or every worker's when -1).

@@ -45,7 +45,7 @@ struct FitOptions {
   std::uint64_t seed = 0;                     // shuffling and dropout
   int prefetch = 1;                           // shuffled batches gathered ahead on a background thread
   float clip_global_norm = 0.0f;              // > 0: clip the reduced gradient to this global L2 norm
-  profile::StepWindow profile_steps{};        // the steps whose spans on_profile receives (default: all)
+  profile::StepWindow profile_steps{};        // the steps whose spans on_profile receives (default: all; .every: repeating)
 };
 
 // What every trainer (train::BasicTrainer, and ps/trainer.hpp's) checks and reports alike.
