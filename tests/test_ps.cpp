@@ -429,15 +429,22 @@ TEST_CASE("profiled workers number each attempt a stale answer forced, as the se
   zmq::socket_t socket(context, zmq::socket_type::router);
   socket.set(zmq::sockopt::linger, 0);
   ps::listen_on(socket, "inproc://strata-ps-test-stale", "server");
+  // Every socket before any thread, as LocalCluster does: ZeroMQ's own locking is invisible
+  // to the thread sanitizer, a thread's start is not.
+  using Worker = ps::Worker<Model, SoftmaxCrossEntropy>;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(std::make_unique<Worker>(context, std::vector<std::string>{"inproc://strata-ps-test-stale"},
+                                               partition, initial, SoftmaxCrossEntropy{}, 30, w));
+    workers.back()->attach_probe(&probe);
+  }
   std::atomic<bool> stop{false};
   std::thread serving([&] { server.serve(socket, stop, std::chrono::milliseconds(5)); });
 
   auto const batches = fashion().batch(30);
   std::atomic<std::int64_t> retries{0};
   auto train = [&](int index) {
-    ps::Worker<Model, SoftmaxCrossEntropy> worker(context, {"inproc://strata-ps-test-stale"}, partition, initial, {},
-                                                  30, index);
-    worker.attach_probe(&probe);
+    Worker& worker = *workers[std::size_t(index)];
     auto stream = batches.stream(0);
     for (int k = 0; k < 10; ++k) {
       data::Batch const* batch = stream->next();
