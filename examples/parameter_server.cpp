@@ -6,8 +6,11 @@
 //               "ps": ["localhost:2223", "localhost:2224"]}, "task": {"type": "ps", "index": 0}}' parameter_server
 //
 //   parameter_server [--epochs N] [--batch-size B] [--staleness S] [--train-samples N]
-//                    [--step-timeout MS] [--server-timeout MS] [--checkpoint FILE]
+//                    [--step-timeout MS] [--server-timeout MS] [--checkpoint FILE] [--precision fp32|bf16]
 //
+// --precision bf16 is MixedPrecision: the workers (and the chief's evaluation) compute with
+// bf16 weights and activations, on bf16 products where the CPU has them; the servers keep
+// and update fp32 weights. Every process of a job must be given the same.
 // With --checkpoint, the chief saves every server's shards and optimizer state after each
 // epoch, and a job started again (every process, after a server was lost) continues from
 // the last one.
@@ -20,6 +23,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <type_traits>
 
 #include <strata.hpp>
 #include <strata/ps.hpp>
@@ -28,6 +32,7 @@ int main(int argc, char** argv) {
   strata::ps::JobOptions options{.epochs = 3, .batch_size = 64, .seed = 7, .staleness = 2,
                                  .partition = {.min_shard_bytes = 64 << 10}};
   std::size_t train_samples = 0;  // 0: all 60,000
+  std::string precision = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string const flag = argv[i];
     int const value = std::atoi(argv[i + 1]);
@@ -38,51 +43,61 @@ int main(int argc, char** argv) {
     else if (flag == "--step-timeout") options.step_timeout = std::chrono::milliseconds(value);
     else if (flag == "--server-timeout") options.server_timeout = std::chrono::milliseconds(value);
     else if (flag == "--checkpoint") options.checkpoint = argv[i + 1];
+    else if (flag == "--precision") precision = argv[i + 1];
     else {
       std::cerr << "unknown flag " << flag
                 << "; use --epochs N --batch-size B --staleness S --train-samples N --step-timeout MS "
-                   "--server-timeout MS --checkpoint FILE\n";
+                   "--server-timeout MS --checkpoint FILE --precision fp32|bf16\n";
       return 2;
     }
   }
-  try {
-    auto const spec = strata::ps::ClusterSpec::from_environment();
-    using Model = strata::Sequential<strata::Dense<784, 256>, strata::Relu, strata::Dense<256, 10>>;
-    Model const initial(/*seed=*/2026);  // every process builds the same: the servers start from it
-    strata::Adam const adam{.lr = 1e-3f};
-    strata::SoftmaxCrossEntropy const loss;
-    auto train = strata::data::fashion_mnist(strata::data::Split::train);
-    if (train_samples > 0) train = train.take(train_samples);
-
-    switch (spec.role) {
-      case strata::ps::Role::ps:
-        strata::ps::run_server(spec, initial, adam, options);
-        return 0;
-      case strata::ps::Role::worker:
-        strata::ps::run_worker(spec, initial, loss, train, options);
-        return 0;
-      case strata::ps::Role::chief: break;
-    }
-    auto const test = strata::data::fashion_mnist(strata::data::Split::test);
-    std::cout << "ParameterServer: " << spec.workers.size() << " workers, " << spec.servers.size()
-              << " servers, staleness " << options.staleness << "; " << Model::name() << " on " << train.size()
-              << " Fashion-MNIST images, batch " << options.batch_size << std::endl;
-    Model trained = initial;
-    auto const history = strata::ps::run_chief(
-        spec, initial, adam, loss, train, test, options,
-        [](strata::train::EpochLogs const& logs) {
-          std::cout << "epoch " << logs.epoch + 1 << "/" << logs.epochs << ": " << logs.steps << " steps in "
-                    << logs.seconds << " s, loss " << logs.loss << ", accuracy " << *logs.accuracy << ", val_loss "
-                    << *logs.val_loss << ", val_accuracy " << *logs.val_accuracy << std::endl;
-        },
-        [](std::string const& event) { std::cout << "chief: " << event << std::endl; }, &trained);
-    std::int64_t const steps = std::int64_t(history["loss"].size()) *
-                               ((std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size);
-    std::cout << "steps=" << steps << std::endl;  // the chief's "server s applied N updates" lines say N = steps
-    std::cout << "test_accuracy=" << history["val_accuracy"].back() << std::endl;
-    return 0;
-  } catch (strata::Error const& error) {
-    std::cerr << "error: " << error.what() << std::endl;
-    return 1;
+  if (precision != "fp32" && precision != "bf16") {
+    std::cerr << "--precision " << precision << " is not fp32 or bf16\n";
+    return 2;
   }
+  // The workers' and the chief's compute type: float, or bf16 (MixedPrecision).
+  auto const run = [&]<class Compute>(Compute) -> int {
+    try {
+      auto const spec = strata::ps::ClusterSpec::from_environment();
+      using Model = strata::Sequential<strata::Dense<784, 256>, strata::Relu, strata::Dense<256, 10>>;
+      Model const initial(/*seed=*/2026);  // every process builds the same: the servers start from it
+      strata::Adam const adam{.lr = 1e-3f};
+      strata::SoftmaxCrossEntropy const loss;
+      auto train = strata::data::fashion_mnist(strata::data::Split::train);
+      if (train_samples > 0) train = train.take(train_samples);
+
+      switch (spec.role) {
+        case strata::ps::Role::ps:
+          strata::ps::run_server(spec, initial, adam, options);
+          return 0;
+        case strata::ps::Role::worker:
+          strata::ps::run_worker<Compute>(spec, initial, loss, train, options);
+          return 0;
+        case strata::ps::Role::chief: break;
+      }
+      auto const test = strata::data::fashion_mnist(strata::data::Split::test);
+      std::cout << "ParameterServer: " << spec.workers.size() << " workers, " << spec.servers.size()
+                << " servers, staleness " << options.staleness << ", "
+                << (std::is_same_v<Compute, strata::bf16> ? "MixedPrecision" : "FullPrecision") << "; " << Model::name()
+                << " on " << train.size() << " Fashion-MNIST images, batch " << options.batch_size << std::endl;
+      Model trained = initial;
+      auto const history = strata::ps::run_chief<Compute>(
+          spec, initial, adam, loss, train, test, options,
+          [](strata::train::EpochLogs const& logs) {
+            std::cout << "epoch " << logs.epoch + 1 << "/" << logs.epochs << ": " << logs.steps << " steps in "
+                      << logs.seconds << " s, loss " << logs.loss << ", accuracy " << *logs.accuracy << ", val_loss "
+                      << *logs.val_loss << ", val_accuracy " << *logs.val_accuracy << std::endl;
+          },
+          [](std::string const& event) { std::cout << "chief: " << event << std::endl; }, &trained);
+      std::int64_t const steps = std::int64_t(history["loss"].size()) *
+                                 ((std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size);
+      std::cout << "steps=" << steps << std::endl;  // the chief's "server s applied N updates" lines say N = steps
+      std::cout << "test_accuracy=" << history["val_accuracy"].back() << std::endl;
+      return 0;
+    } catch (strata::Error const& error) {
+      std::cerr << "error: " << error.what() << std::endl;
+      return 1;
+    }
+  };
+  return precision == "bf16" ? run(strata::bf16{}) : run(float{});
 }

@@ -21,6 +21,9 @@
 #include "concurrent_gemm.hpp"
 #include "random_matrix.hpp"
 #include "strata.hpp"
+#ifdef STRATA_TEST_PS
+#include "strata/ps.hpp"
+#endif
 
 using namespace strata;
 
@@ -514,6 +517,22 @@ TEST_CASE("bf16: MixedPrecision on bf16 products learns what FullPrecision learn
   CHECK(std::abs(mixed_accuracy - full_accuracy) < 0.02);
   CHECK(std::get<2>(run(MixedPrecision{})) == mixed_weights);
 }
+
+#ifdef STRATA_TEST_PS
+// A worker binds the bf16 and packed copies of the weights it pulled, as a replica binds its
+// update's: under S = 0 the cluster trains what OneDevice trains on bf16 products, bit for bit.
+TEST_CASE("bf16: ParameterServer workers on bf16 products train what OneDevice trains in MixedPrecision (S = 0)") {
+  using Mlp = Sequential<Dense<784, 128>, Relu, Dense<128, 10>>;
+  auto const train = data::fashion_mnist(data::Split::train).take(1024);
+  FitOptions const options{.epochs = 2, .batch_size = 64, .seed = 9};
+  Mlp reference(3), trained(3);
+  Trainer<OneDevice, MixedPrecision>{}.fit(reference, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train, options);
+  Trainer<ParameterServer<2, 2>, MixedPrecision>({.partition = {.min_shard_bytes = 4096}})
+      .fit(trained, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train, options);
+  auto const a = reference.parameters(), b = trained.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+}
+#endif
 
 int main(int argc, char** argv) {
   bool bf16 = false;

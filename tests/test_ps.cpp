@@ -216,6 +216,40 @@ TEST_CASE_TEMPLATE("Trainer<ParameterServer> with S = 0 trains what OneDevice tr
   CHECK(history["accuracy"] == expected["accuracy"]);
 }
 
+// Under mixed precision the workers read the pulled weights rounded as a Mirrored replica's
+// update rounds them (bf16 products where the CPU has them) and store activations in 16
+// bits, and the servers keep and update fp32 weights: S = 0 trains what OneDevice trains
+// in the same precision, bit for bit, and not what it trains in fp32.
+template <class Strategy, class Precision>
+struct Mixed {
+  using trainer = Trainer<Strategy, Precision>;
+  using reference = Trainer<OneDevice, Precision>;
+};
+TEST_CASE_TEMPLATE("Trainer<ParameterServer, MixedPrecision> with S = 0 trains what OneDevice trains in that precision",
+                   T, Mixed<ParameterServer<1, 1>, MixedPrecision>, Mixed<ParameterServer<2, 2>, MixedPrecision>,
+                   Mixed<ParameterServer<2, 1>, Precision<fp16>>) {
+  Adam const adam{.lr = 1e-3f};
+  FitOptions const options{.epochs = 2, .batch_size = 30, .validation = fashion().take(90), .seed = 5};
+  Model reference(42);
+  auto const expected = typename T::reference{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
+  Model full(42);
+  Trainer<OneDevice>{}.fit(full, adam, SoftmaxCrossEntropy{}, fashion(), options);
+
+  Model trained(42);
+  typename T::trainer trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
+  auto const history = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options);
+  auto const a = reference.parameters(), b = trained.parameters(), f = full.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  CHECK(std::vector<float>(b.begin(), b.end()) != std::vector<float>(f.begin(), f.end()));
+  CHECK(history["loss"] == expected["loss"]);
+  CHECK(history["accuracy"] == expected["accuracy"]);
+  // Validation and evaluate compute in the trainer's precision too.
+  CHECK(history["val_loss"] == expected["val_loss"]);
+  auto const evaluated = trainer.evaluate(trained, SoftmaxCrossEntropy{}, fashion().take(90));
+  CHECK(evaluated.loss == typename T::reference{}.evaluate(reference, SoftmaxCrossEntropy{}, fashion().take(90)).loss);
+  CHECK(evaluated.loss != Trainer<OneDevice>{}.evaluate(trained, SoftmaxCrossEntropy{}, fashion().take(90)).loss);
+}
+
 // The callbacks see every batch in order and every epoch; BackupAndRestore saves at the
 // epochs' ends, and a run stopped after one epoch and started again (S = 0) ends with the
 // weights of a run that was never stopped.

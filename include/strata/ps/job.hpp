@@ -131,8 +131,9 @@ void run_server(ClusterSpec const& spec, Model const& initial, Opt const& optimi
   server.serve(socket, never);  // returns on stop
 }
 
-// A "worker" task: trains the steps the chief sends until the chief's stop.
-template <class Model, nn::Loss LossFn>
+// A "worker" task: trains the steps the chief sends until the chief's stop. Compute: the
+// type it computes in (bf16: MixedPrecision; ps::Worker), the chief's too.
+template <class Compute = float, class Model, nn::Loss LossFn>
 void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& loss, data::Dataset const& train,
                 JobOptions const& options) {
   if (spec.role != Role::worker) throw ConfigError(strata::detail::message("ps::run_worker: this task is ", name(spec.role)));
@@ -141,8 +142,8 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
   auto const batches = detail::job_batches(train, options);
   std::int64_t const per_epoch = batches.batches_per_epoch();
   zmq::context_t context(1);
-  Worker<Model, LossFn> worker(context, spec.server_addresses(), partition, initial, loss, options.batch_size, spec.index,
-                               {options.server_timeout, options.clip_global_norm, options.seed});
+  Worker<Model, LossFn, Compute> worker(context, spec.server_addresses(), partition, initial, loss, options.batch_size,
+                                        spec.index, {options.server_timeout, options.clip_global_norm, options.seed});
   zmq::socket_t chief(context, zmq::socket_type::dealer);
   chief.set(zmq::sockopt::linger, 1000);  // let the last report leave
   connect_to(chief, ClusterSpec::connect_address(spec.chief), "worker");
@@ -178,8 +179,9 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
 // The chief: runs the job's epochs on the workers that report ready, evaluates after each
 // epoch (when `validation` is given), stops every process, and returns the History.
 // `on_epoch` (optional) sees each epoch's logs as they are made; `events` (optional) each
-// notable event in words ("worker 1 lost: ...", "worker 1 joined").
-template <class Model, optim::Optimizer Opt, nn::Loss LossFn>
+// notable event in words ("worker 1 lost: ...", "worker 1 joined"). Compute: the workers'
+// type, which the chief's evaluation computes in too.
+template <class Compute = float, class Model, optim::Optimizer Opt, nn::Loss LossFn>
 train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt const& optimizer, LossFn const& loss,
                          data::Dataset const& train,
                          std::optional<data::Dataset> const& validation, JobOptions const& options,
@@ -356,7 +358,8 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       reader.pull();  // every step of the epoch is applied: the servers' weights after it
       evaluated = reader.model();
       if (validation) {
-        auto const e = train::BasicTrainer<policy::Config<policy::OneDevice>>{}.evaluate(evaluated, loss, *validation, 256);
+        auto const e = train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>>{}.evaluate(
+            evaluated, loss, *validation, 256);
         logs.val_loss = e.loss;
         logs.val_accuracy = e.accuracy;
       }

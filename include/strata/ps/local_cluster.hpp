@@ -57,13 +57,14 @@ struct OwnedBatch {
   [[nodiscard]] data::Batch view() const { return {strata::view(features), strata::view(targets), size, index}; }
 };
 
-template <class Policy, class Model, optim::Optimizer Opt, nn::Loss LossFn>
+// Compute: the type the workers compute in (float, or bf16/fp16 under mixed precision).
+template <class Policy, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Compute = float>
 class LocalCluster {
   static_assert(Policy::kind == policy::StrategyKind::parameter_server,
                 "strata::ps::LocalCluster<P, ...>: P must be strata::ParameterServer<Workers, Servers>");
 
  public:
-  using worker_type = Worker<Model, LossFn>;
+  using worker_type = Worker<Model, LossFn, Compute>;
   static constexpr int workers = Policy::workers;
   static constexpr int servers = Policy::servers;
 

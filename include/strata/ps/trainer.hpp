@@ -15,7 +15,10 @@
 // are in flight on the workers), so step-frequency saves wait for the epoch's end.
 //
 // With staleness 0 the steps run one after another, each on the weights of all before it:
-// the same updates as Trainer<OneDevice> on the same batches, bit for bit.
+// the same updates as Trainer<OneDevice> on the same batches, bit for bit. Under
+// MixedPrecision the workers compute on the pulled weights rounded to bf16 and the servers
+// keep fp32 weights (then: Trainer<OneDevice, MixedPrecision>'s updates); a loss scale is
+// not built here.
 // A Profiler or TraceWriter among the callbacks times each worker's pull, forward, backward
 // and push of every attempt, each server's update and the loop's scheduling
 // (profile/cluster_probe.hpp; docs/monitoring.md, "ParameterServer").
@@ -59,9 +62,10 @@ template <class Config>
   requires(Config::strategy::kind == policy::StrategyKind::parameter_server)
 class BasicTrainer<Config> {
   using Policy = typename Config::strategy;
-  static_assert(std::is_same_v<typename Config::precision::compute_type, float>,
-                "strata::ParameterServer runs FullPrecision only for now: its workers compute in fp32 "
-                "(docs/parameter_server.md)");
+  using Compute = typename Config::precision::compute_type;
+  static_assert(std::is_same_v<typename Config::precision::loss_scale, policy::NoLossScale>,
+                "strata::ParameterServer has no loss scaling yet: its workers would have to skip the same steps; "
+                "use MixedPrecision (bf16, which needs none) or FullPrecision (docs/parameter_server.md)");
   static_assert(Config::accumulation_steps == 1,
                 "strata::ParameterServer has no GradAccum<K> yet: each step's batch is one worker's whole "
                 "gradient; raise batch_size instead (docs/parameter_server.md)");
@@ -113,7 +117,7 @@ class BasicTrainer<Config> {
       return end;
     };
 
-    ps::LocalCluster<Policy, Model, Opt, LossFn> cluster(
+    ps::LocalCluster<Policy, Model, Opt, LossFn, Compute> cluster(
         model, optimizer, loss,
         {options_.staleness, options.batch_size, options_.partition,
          {options_.timeout, options.clip_global_norm, options.seed}, p});
@@ -216,7 +220,8 @@ class BasicTrainer<Config> {
   }
 
   // Evaluation and prediction read the weights in `model` (fit leaves the servers' there):
-  // they run as on Mirrored<Workers>, one thread per worker, profiled as there.
+  // they run as on Mirrored<Workers> in the trainer's precision, one thread per worker,
+  // profiled as there.
   template <class Model, nn::Loss LossFn, class... Cs>
   Evaluation evaluate(Model const& model, LossFn const& loss, data::Dataset const& data, int batch_size = 256,
                       Cs&&... callbacks) {
@@ -228,7 +233,7 @@ class BasicTrainer<Config> {
   }
 
  private:
-  using Evaluating = BasicTrainer<policy::Config<policy::Mirrored<workers>>>;
+  using Evaluating = BasicTrainer<policy::Config<policy::Mirrored<workers>, typename Config::precision>>;
   Evaluating& mirrored() {
     if (!evaluating_) evaluating_ = std::make_unique<Evaluating>();
     return *evaluating_;

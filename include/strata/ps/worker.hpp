@@ -1,6 +1,8 @@
 #pragma once
 // ps::Worker: one ParameterServer worker. A step pulls every server's shards, runs forward
-// and backward on the worker's batch (the same ReplicaPass a Mirrored replica runs), scales
+// and backward on the worker's batch (the same ReplicaPass a Mirrored replica runs, in the
+// trainer's compute type: under MixedPrecision it reads the pulled weights rounded to bf16,
+// the copies a Mirrored replica reads, and stores its activations in bf16), scales
 // the gradient to the batch mean, clips it by its global norm where asked (the worker holds
 // the whole gradient, so the norm is exact), and pushes each server its part. A server that
 // answers `stale` (the weights moved more than the staleness bound allows while the worker
@@ -17,10 +19,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <zmq.hpp>
 
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
 #include "strata/data/batch.hpp"
@@ -48,13 +52,19 @@ struct StepResult {
   int attempts = 1;  // 1 + the times a server answered `stale`
 };
 
-template <class Model, nn::Loss LossFn>
+// Compute: the type the worker's passes compute in (Precision<Compute, NoLossScale>).
+template <class Model, nn::Loss LossFn, class Compute = float>
 class Worker {
+  static_assert(std::is_same_v<Compute, float> || std::is_same_v<Compute, bf16> || std::is_same_v<Compute, fp16>,
+                "strata::ps::Worker<Model, Loss, Compute>: Compute, the workers' precision, must be float, strata::bf16 "
+                "or strata::fp16");
+
  public:
   Worker(zmq::context_t& context, std::vector<std::string> const& servers, Partition const& partition, Model const& model,
          LossFn const& loss, int max_batch, int index, WorkerOptions options = {})
-      : model_(model), loss_(loss), pass_(max_batch, 0), job_(partition.fingerprint()),
-        endpoints_(servers), index_(index), options_(options), versions_(servers.size(), 0) {
+      : model_(model), loss_(loss), pass_(max_batch, 0), weights_(model_.parameters(), 1, Model::parameter_tensors()),
+        job_(partition.fingerprint()), endpoints_(servers), index_(index),
+        options_(options), versions_(servers.size(), 0) {
     if (int(servers.size()) != partition.servers())
       throw ConfigError(strata::detail::message("ps::Worker: ", servers.size(), " server addresses for a partition over ",
                                                 partition.servers(), " servers"));
@@ -70,6 +80,9 @@ class Worker {
       connect_to(sockets_.back(), servers[std::size_t(s)], "worker");
     }
   }
+  // weights_ reads model_'s parameters in place.
+  Worker(Worker const&) = delete;
+  Worker& operator=(Worker const&) = delete;
 
   // Every server's weights into this worker's model, and the versions they were at.
   void pull() {
@@ -83,6 +96,7 @@ class Worker {
       versions_[std::size_t(s)] = message.header().version;
       unpack(shards_[std::size_t(s)], message.payload(), model_.parameters());
     }
+    weights_.refresh(0, model_.parameters().size());  // mixed precision: the rounded copies
   }
 
   // Step `step` on `batch` (the whole of it): pull, compute, push, again while a server
@@ -132,9 +146,10 @@ class Worker {
     strategy::DistributedBatch const whole(batch, 1);
     strategy::Shard const shard = whole.shard(0);
     float* gradients = model_.gradients().data();
+    [[maybe_unused]] auto const copy = train::bind_products_copy(weights_, 0);
     auto const forward_begin = stamp();
     auto forward_end = forward_begin;
-    train::Tally const tally = pass_.train(model_, model_.parameters().data(), loss_, shard, false, nullptr,
+    train::Tally const tally = pass_.train(model_, weights_(0), loss_, shard, false, nullptr,
                                            {true, mix64(options_.seed, std::uint64_t(step)), shard.first_sample}, 1.0f,
                                            gradients, false, [](std::size_t) {}, [&] { forward_end = stamp(); });
     std::size_t const n = model_.gradients().size();
@@ -217,7 +232,8 @@ class Worker {
 
   Model model_;  // its parameters: the pulled weights; its gradients: this worker's
   LossFn loss_;
-  train::ReplicaPass<Model, policy::Cpu, float> pass_;
+  train::ReplicaPass<Model, policy::Cpu, Compute> pass_;
+  train::ReplicaWeights<policy::Cpu, Compute> weights_;  // what the passes read: the pulled weights, or their rounded copies
   std::uint64_t job_;
   std::vector<std::string> endpoints_;
   int index_;
