@@ -6,6 +6,7 @@
 #include <atomic>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -224,6 +225,7 @@ template <class Strategy, class Precision>
 struct Mixed {
   using trainer = Trainer<Strategy, Precision>;
   using reference = Trainer<OneDevice, Precision>;
+  using evaluating = Trainer<Mirrored<Strategy::workers>, Precision>;  // how the trainer evaluates
 };
 TEST_CASE_TEMPLATE("Trainer<ParameterServer, MixedPrecision> with S = 0 trains what OneDevice trains in that precision",
                    T, Mixed<ParameterServer<1, 1>, MixedPrecision>, Mixed<ParameterServer<2, 2>, MixedPrecision>,
@@ -243,11 +245,85 @@ TEST_CASE_TEMPLATE("Trainer<ParameterServer, MixedPrecision> with S = 0 trains w
   CHECK(std::vector<float>(b.begin(), b.end()) != std::vector<float>(f.begin(), f.end()));
   CHECK(history["loss"] == expected["loss"]);
   CHECK(history["accuracy"] == expected["accuracy"]);
-  // Validation and evaluate compute in the trainer's precision too.
-  CHECK(history["val_loss"] == expected["val_loss"]);
+  // Validation and evaluate compute in the trainer's precision too, as Mirrored<Workers>
+  // does (whose replicas' float sums may differ from OneDevice's in the last bits).
+  REQUIRE(history["val_loss"].size() == expected["val_loss"].size());
+  for (std::size_t e = 0; e < expected["val_loss"].size(); ++e)
+    CHECK(history["val_loss"][e] == doctest::Approx(expected["val_loss"][e]).epsilon(1e-6));
   auto const evaluated = trainer.evaluate(trained, SoftmaxCrossEntropy{}, fashion().take(90));
-  CHECK(evaluated.loss == typename T::reference{}.evaluate(reference, SoftmaxCrossEntropy{}, fashion().take(90)).loss);
-  CHECK(evaluated.loss != Trainer<OneDevice>{}.evaluate(trained, SoftmaxCrossEntropy{}, fashion().take(90)).loss);
+  CHECK(evaluated.loss == typename T::evaluating{}.evaluate(trained, SoftmaxCrossEntropy{}, fashion().take(90)).loss);
+  double const in_fp32 = Trainer<OneDevice>{}.evaluate(trained, SoftmaxCrossEntropy{}, fashion().take(90)).loss;
+  CHECK(evaluated.loss != doctest::Approx(in_fp32).epsilon(1e-9));
+}
+
+// GradAccum<K>: each step is K consecutive batches trained by one worker, their gradients
+// summed, scaled to the mean over their samples, clipped and pushed once; an epoch's last
+// group may be partial (21 batches of 30 samples, the last of 10, make steps of 4, 4, 4,
+// 4, 4 and 1 batches at K = 4). Each batch draws fit's dropout stream for its micro-batch
+// number. S = 0 trains what Trainer<OneDevice, GradAccum<K>> trains, bit for bit.
+template <class Strategy, class... Policies>
+struct Accumulating {
+  using trainer = Trainer<Strategy, Policies...>;
+  using reference = Trainer<OneDevice, Policies...>;
+};
+TEST_CASE_TEMPLATE("Trainer<ParameterServer, GradAccum<K>> with S = 0 trains what OneDevice trains with GradAccum<K>", T,
+                   Accumulating<ParameterServer<1, 1>, GradAccum<4>>, Accumulating<ParameterServer<2, 2>, GradAccum<4>>,
+                   Accumulating<ParameterServer<3, 2>, GradAccum<2>, MixedPrecision>,
+                   Accumulating<ParameterServer<2, 1>, GradAccum<21>>) {
+  using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
+  Adam const adam{.lr = 1e-3f};
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .clip_global_norm = 0.5f};
+  auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
+  Dropping reference = make();
+  auto const expected = typename T::reference{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
+
+  struct Steps {  // the progress a checkpoint would save at each epoch's end
+    std::vector<std::int64_t> optimizer, micro;
+    std::int64_t batches = 0;
+    void on_batch_end(BatchLogs const&) { ++batches; }
+    void on_epoch_end(EpochLogs const&, io::TrainingState const& state) {
+      optimizer.push_back(state.progress.step);
+      micro.push_back(state.progress.micro_batches);
+    }
+  } steps;
+  Dropping trained = make();
+  typename T::trainer trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
+  auto const history = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options, steps);
+  auto const a = reference.parameters(), b = trained.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  CHECK(history["loss"] == expected["loss"]);
+  CHECK(history["accuracy"] == expected["accuracy"]);
+  constexpr std::int64_t k = T::trainer::config::accumulation_steps, groups = (21 + k - 1) / k;
+  CHECK(steps.batches == 42);  // every batch reported
+  CHECK(steps.optimizer == std::vector<std::int64_t>{groups, 2 * groups});
+  CHECK(steps.micro == std::vector<std::int64_t>{21, 42});
+}
+
+// A server takes the steps numbered below a restored count as applied, so a backup written
+// with another K (whose epochs count other steps) is refused, not resumed with steps skipped.
+TEST_CASE("Trainer<ParameterServer, GradAccum<K>> refuses a backup written with another K, which keeps it") {
+  struct InterruptAfterFirstEpoch {
+    void on_epoch_end(EpochLogs const&) { throw Error("interrupted"); }
+  };
+  using Plain = Trainer<ParameterServer<2, 1>>;
+  using Accumulating4 = Trainer<ParameterServer<2, 1>, GradAccum<4>>;
+  TempDir const dir;
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 9};
+  Model model(3);
+  CHECK_THROWS_WITH(Plain{}.fit(model, Sgd{.lr = 0.05f}, SoftmaxCrossEntropy{}, fashion(), options,
+                                BackupAndRestore{.directory = dir.path}, InterruptAfterFirstEpoch{}),
+                    "interrupted");
+  Model again(3);
+  CHECK_THROWS_WITH_AS(Accumulating4{}.fit(again, Sgd{.lr = 0.05f}, SoftmaxCrossEntropy{}, fashion(), options,
+                                           BackupAndRestore{.directory = dir.path}),
+                       "Trainer<ParameterServer>: the restored checkpoint holds 21 optimizer steps after epoch 1 "
+                       "(batch 0), but an epoch of this run is 6 steps (21 batches, GradAccum<4>); resume with the "
+                       "GradAccum<K> that wrote it, from a checkpoint taken at an epoch's end",
+                       ConfigError);
+  // The backup is intact: the run that wrote it resumes from it.
+  BackupAndRestore backup{.directory = dir.path};
+  Plain{}.fit(again, Sgd{.lr = 0.05f}, SoftmaxCrossEntropy{}, fashion(), options, backup);
+  CHECK(backup.restored);
 }
 
 // The callbacks see every batch in order and every epoch; BackupAndRestore saves at the
@@ -326,26 +402,32 @@ struct PassesOf {
     }
   }
 
-  // Checks that every step is passes of one worker, each a pull, forward, backward and push
-  // one after the other, numbered 0, 1, ..., each moving the whole model, and that each of
-  // the `servers` applied the step once, inside the last attempt's push (the one applied).
+  // Checks that every step is passes of one worker, each a pull, a forward and a backward
+  // per micro-batch (micro_of(step) of them: GradAccum) and a push, one after the other,
+  // numbered 0, 1, ..., each pull and push moving the whole model, and that each of the
+  // `servers` applied the step once, inside the last attempt's push (the one applied).
   // Returns the passes computed again after a stale answer.
-  [[nodiscard]] std::int64_t check(int servers) const {
-    constexpr std::array order{profile::Phase::pull, profile::Phase::forward, profile::Phase::backward,
-                               profile::Phase::push};
+  [[nodiscard]] std::int64_t check(int servers, std::function<int(std::int64_t)> const& micro_of =
+                                                    [](std::int64_t) { return 1; }) const {
     std::int64_t repeated = 0;
     for (auto const& [step, spans] : worker) {
       CAPTURE(step);
       REQUIRE(!spans.empty());
-      REQUIRE(spans.size() % 4 == 0);
-      repeated += std::int64_t(spans.size() / 4) - 1;
+      std::size_t const per_attempt = 2 + 2 * std::size_t(micro_of(step));
+      REQUIRE(spans.size() % per_attempt == 0);
+      repeated += std::int64_t(spans.size() / per_attempt) - 1;
       for (std::size_t i = 0; i < spans.size(); ++i) {
-        CHECK(spans[i].phase == order[i % 4]);
-        CHECK(spans[i].attempt == i / 4);
+        std::size_t const at = i % per_attempt;
+        bool const exchange = at == 0 || at + 1 == per_attempt;
+        CHECK(spans[i].phase == (at == 0                ? profile::Phase::pull
+                                 : at + 1 == per_attempt ? profile::Phase::push
+                                 : at % 2 == 1           ? profile::Phase::forward
+                                                         : profile::Phase::backward));
+        CHECK(spans[i].attempt == i / per_attempt);
         CHECK(spans[i].replica == spans[0].replica);
         CHECK(spans[i].begin_ns <= spans[i].end_ns);
         if (i > 0) CHECK(spans[i - 1].end_ns <= spans[i].begin_ns);
-        if (i % 4 == 0 || i % 4 == 3) CHECK(spans[i].bytes == std::int64_t(Model::parameter_count * sizeof(float)));
+        if (exchange) CHECK(spans[i].bytes == std::int64_t(Model::parameter_count * sizeof(float)));
       }
       auto const it = apply.find(step);
       REQUIRE(it != apply.end());
@@ -421,6 +503,23 @@ TEST_CASE("a profiled Trainer<ParameterServer> fit times each worker's pass and 
   CHECK(trainer.evaluate(profiled, SoftmaxCrossEntropy{}, fashion(), 128, evaluated).loss == plain_eval.loss);
   CHECK(evaluated.run.activity == "evaluate");
   CHECK(evaluated.run.steps == 5);
+}
+
+// GradAccum<4>, S = 0: each step is one worker's pass over its 4 micro-batches (1 in an
+// epoch's last, partial group), a forward and a backward each, between one pull and one push.
+TEST_CASE("a profiled Trainer<ParameterServer, GradAccum<K>> times every micro-batch of a step's pass") {
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 9};  // 21 batches: steps of 4, 4, 4, 4, 4, 1
+  KeepRun keep;
+  Model model(3);
+  Trainer<ParameterServer<2, 2>, GradAccum<4>>({.partition = {.min_shard_bytes = 4096}})
+      .fit(model, Sgd{.lr = 0.05f}, SoftmaxCrossEntropy{}, fashion(), options, keep);
+  REQUIRE(keep.calls == 1);
+  CHECK(keep.run.steps == 12);
+  PassesOf const passes(keep.run);
+  REQUIRE(passes.worker.size() == 12);
+  CHECK(passes.check(2, [](std::int64_t step) { return step % 6 == 5 ? 1 : 4; }) == 0);
+  CHECK(profile::summarize(keep.run).table().find("Profile - 2 workers, 2 servers (ParameterServer) - 12 steps") !=
+        std::string::npos);
 }
 
 // S = 2: steps overlap on three workers; each step's attempts are numbered 0, 1, ... on one

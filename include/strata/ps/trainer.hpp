@@ -6,10 +6,11 @@
 //   auto history = trainer.fit(model, strata::Adam{.lr = 1e-3f}, strata::SoftmaxCrossEntropy{}, train,
 //                              {.epochs = 5, .batch_size = 64, .validation = test}, strata::ProgressBar{});
 //
-// Every batch of an epoch is one step, scheduled on the coordinator and trained whole by
-// whichever worker is free (so FitOptions::batch_size is each step's batch, not split over
-// workers). Batch logs are reported in batch order as steps finish. The servers' weights
-// and optimizer state are gathered into `model` and the TrainingState at every epoch end:
+// Every batch of an epoch is one step (under GradAccum<K>, every group of K consecutive
+// batches), scheduled on the coordinator and trained whole by whichever worker is free (so
+// FitOptions::batch_size is each step's batch, not split over workers). Batch logs are
+// reported in batch order as steps finish. The servers' weights and optimizer state are
+// gathered into `model` and the TrainingState at every epoch end:
 // that is where checkpoint callbacks save (BackupAndRestore, ModelCheckpoint) and where a
 // restored run continues. Between epochs' ends the state is not at a step boundary (steps
 // are in flight on the workers), so step-frequency saves wait for the epoch's end.
@@ -66,9 +67,7 @@ class BasicTrainer<Config> {
   static_assert(std::is_same_v<typename Config::precision::loss_scale, policy::NoLossScale>,
                 "strata::ParameterServer has no loss scaling yet: its workers would have to skip the same steps; "
                 "use MixedPrecision (bf16, which needs none) or FullPrecision (docs/parameter_server.md)");
-  static_assert(Config::accumulation_steps == 1,
-                "strata::ParameterServer has no GradAccum<K> yet: each step's batch is one worker's whole "
-                "gradient; raise batch_size instead (docs/parameter_server.md)");
+  static constexpr int accumulation = Config::accumulation_steps;
   static_assert(std::is_same_v<typename Config::device, policy::Cpu>,
                 "strata::ParameterServer runs on strata::Cpu only for now (docs/parameter_server.md)");
   static_assert(std::is_same_v<typename Config::compression, policy::NoCompression>,
@@ -100,6 +99,9 @@ class BasicTrainer<Config> {
     if (options.validation) check_dataset<Model>(loss, *options.validation, "fit: the validation dataset");
     auto const batches = (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
     std::int64_t const per_epoch = batches.batches_per_epoch();
+    // Each step, one server update, is a group of `accumulation` batches (GradAccum<K>),
+    // trained by one worker.
+    std::int64_t const steps_per_epoch = (per_epoch + accumulation - 1) / accumulation;
 
     // A callback that reads the whole run (Profiler, TraceWriter) turns the probe on: the
     // workers time their pulls, passes and pushes, the servers their updates, the loop its
@@ -128,6 +130,15 @@ class BasicTrainer<Config> {
     state.progress.batch_size = options.batch_size;
     hooks.train_begin({options.epochs, per_epoch, options.batch_size, workers, 1, 0, 1}, state, callbacks...);
     io::Progress const start = state.progress;  // a restored run continues from here (an epoch's end)
+    // Steps are numbered epoch * steps_per_epoch + group, and a server ignores the numbers
+    // below the restored count as applied: a checkpoint whose count is not its epochs' steps
+    // (another GradAccum<K>, or saved mid-epoch) would make it skip steps unseen.
+    if (start.step != std::int64_t(start.epoch) * steps_per_epoch || start.batch != 0)
+      throw ConfigError(strata::detail::message(
+          "Trainer<ParameterServer>: the restored checkpoint holds ", start.step, " optimizer steps after epoch ",
+          start.epoch, " (batch ", start.batch, "), but an epoch of this run is ", steps_per_epoch, " steps (",
+          per_epoch, " batches, GradAccum<", accumulation, ">); resume with the GradAccum<K> that wrote it, from a "
+          "checkpoint taken at an epoch's end"));
     if (start.step > 0) cluster.restore(model.parameters(), optimizer_state, start.step);
     History history = History::from_map(start.history);
     profile::RunProfile run;  // profiled: the spans so far
@@ -140,47 +151,63 @@ class BasicTrainer<Config> {
       profile::keep_window(run.spans, first, options.profile_steps, start.step);
     };
 
+    std::int64_t micro_batches = start.micro_batches;  // batches trained: every scheduled one, at an epoch's end
     bool stop = false;
     for (int epoch = int(start.epoch); epoch < options.epochs && !stop; ++epoch) {
       hooks.epoch_begin(epoch, callbacks...);
       auto const started = std::chrono::steady_clock::now();
       auto stream = batches.stream(epoch);
-      std::vector<ps::RemoteValue<ps::StepResult>> results;
-      results.reserve(std::size_t(per_epoch));
+      std::vector<ps::RemoteValue<ps::StepResult>> results;  // one per step: a group of up to K batches
+      results.reserve(std::size_t(steps_per_epoch));
       Tally tally;
       BatchLogs logs{epoch, options.epochs, 0, per_epoch, 0.0, std::nullopt, 0.0};
       state.at_step_boundary = false;  // steps are in flight: no checkpoint until the epoch's end
-      // Reports the finished steps in batch order; `wait`: every scheduled one.
+      // Reports the finished steps' batches in batch order; `wait`: every scheduled step's.
+      std::size_t reported = 0;  // steps whose batches were reported
       auto report_done = [&](bool wait) {
-        while (!stop && logs.step < std::int64_t(results.size()) &&
-               (wait || results[std::size_t(logs.step)].ready())) {
-          tally += results[std::size_t(logs.step)].fetch().tally;
-          ++logs.step;
-          report_running_means<LossFn>(tally, logs);
-          logs.seconds = seconds_since(started);
-          stop = hooks.batch_end(logs, state, callbacks...);
+        while (!stop && reported < results.size() && (wait || results[reported].ready())) {
+          auto const& result = results[reported++].fetch();
+          for (std::size_t m = 0; m < result.micro.size() && !stop; ++m) {
+            tally += result.micro[m];
+            ++logs.step;
+            report_running_means<LossFn>(tally, logs);
+            logs.seconds = seconds_since(started);
+            stop = hooks.batch_end(logs, state, callbacks...);
+          }
         }
       };
-      std::int64_t step = std::int64_t(epoch) * per_epoch;  // of the latest batch: fit's dropout stream
+      std::int64_t step = std::int64_t(epoch) * steps_per_epoch;  // the latest step: a server update's number
+      // The step's batches: K, or what is left at the epoch's end (a partial group, applied
+      // as Trainer<OneDevice, GradAccum<K>> applies it, so no sample's gradient is dropped).
+      auto group = std::make_shared<std::vector<ps::OwnedBatch>>();
       auto fetch_begin = stamp();
       while (!stop) {
         data::Batch const* batch = stream->next();
-        if (!batch) break;
-        auto owned = std::make_shared<ps::OwnedBatch>(*batch);
-        step = std::int64_t(epoch) * per_epoch + batch->index;
+        if (batch) group->emplace_back(*batch);
+        if (group->empty() || (batch && int(group->size()) < accumulation)) {
+          if (!batch) break;
+          continue;  // the group's next batch
+        }
+        step = std::int64_t(epoch) * steps_per_epoch + (group->front().index / accumulation);
+        std::int64_t const first_micro_batch = std::int64_t(epoch) * per_epoch + group->front().index;
+        micro_batches += std::int64_t(group->size());
         auto const scheduled = mark(profile::Phase::data_wait, fetch_begin, step);
-        results.push_back(cluster.coordinator().schedule([owned, step](auto& worker, std::int64_t) {
-          return worker.train_on_batch(owned->view(), step);
+        results.push_back(cluster.coordinator().schedule([group, step, first_micro_batch](auto& worker, std::int64_t) {
+          std::vector<data::Batch> views;
+          for (ps::OwnedBatch const& b : *group) views.push_back(b.view());
+          return worker.train_on_batches(views, step, first_micro_batch);
         }));
-        auto const reported = mark(profile::Phase::schedule, scheduled, step);
+        group = std::make_shared<std::vector<ps::OwnedBatch>>();
+        auto const reported_at = mark(profile::Phase::schedule, scheduled, step);
         report_done(false);
-        fetch_begin = mark(profile::Phase::callbacks, reported, step);
+        fetch_begin = mark(profile::Phase::callbacks, reported_at, step);
+        if (!batch) break;
       }
       auto const joined = mark(profile::Phase::data_wait, fetch_begin, step);  // the stream's end
       cluster.coordinator().join();  // the epoch's last steps
-      auto const reported = mark(profile::Phase::schedule, joined, step);
+      auto const all_reported = mark(profile::Phase::schedule, joined, step);
       report_done(true);
-      auto const gathered = mark(profile::Phase::callbacks, reported, step);
+      auto const gathered = mark(profile::Phase::callbacks, all_reported, step);
       cluster.gather(model.parameters(), optimizer_state);
       mark(profile::Phase::schedule, gathered, step);
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
@@ -195,7 +222,8 @@ class BasicTrainer<Config> {
       epoch_logs.seconds = seconds_since(started);
       history.append(epoch_logs);
       io::Progress& progress = state.progress;
-      progress.step = progress.micro_batches = cluster.server(0).version();  // every server applied every step once
+      progress.step = cluster.server(0).version();  // every server applied every step once
+      progress.micro_batches = micro_batches;
       progress.epoch = epoch + 1;
       progress.batch = 0;
       progress.epoch_loss_sum = 0.0;

@@ -48,8 +48,9 @@ struct WorkerOptions {
 
 // What one step did on a worker.
 struct StepResult {
-  train::Tally tally;
-  int attempts = 1;  // 1 + the times a server answered `stale`
+  train::Tally tally;                   // its micro-batches' together
+  std::vector<train::Tally> micro;      // each micro-batch's, in order
+  int attempts = 1;                     // 1 + the times a server answered `stale`
 };
 
 // Compute: the type the worker's passes compute in (Precision<Compute, NoLossScale>).
@@ -102,6 +103,14 @@ class Worker {
   // Step `step` on `batch` (the whole of it): pull, compute, push, again while a server
   // answers stale. Returns the loss and accuracy counts of the computation that was applied.
   StepResult train_on_batch(data::Batch const& batch, std::int64_t step) {
+    return train_on_batches({&batch, 1}, step, step);
+  }
+  // Step `step` on the micro-batches `group` (GradAccum<K>: K batches, or fewer at an
+  // epoch's end), each whole: their gradients summed, then scaled to the mean over all their
+  // samples and clipped, one push. `first_micro_batch`: the first one's number in the run,
+  // whose dropout stream it draws, as fit's micro-batch counter does.
+  StepResult train_on_batches(std::span<data::Batch const> group, std::int64_t step, std::int64_t first_micro_batch) {
+    if (group.empty()) throw ConfigError(strata::detail::message("ps: worker ", index_, " was given step ", step, " with no batch"));
     StepResult result;
     for (;; ++result.attempts) {
       int const attempt = result.attempts - 1;
@@ -109,7 +118,7 @@ class Worker {
       pull();
       auto const pulled = stamp();
       if (probe_) probe_->record_worker(index_, profile::Phase::pull, pull_begin, pulled, step, attempt, bytes_);
-      result.tally = compute(batch, step, attempt);
+      compute(group, step, first_micro_batch, attempt, result);
       auto const push_begin = stamp();
       bool const applied = push(step);
       if (probe_) probe_->record_worker(index_, profile::Phase::push, push_begin, stamp(), step, attempt, bytes_);
@@ -139,21 +148,40 @@ class Worker {
   [[nodiscard]] std::vector<std::int64_t> const& versions() const { return versions_; }
 
  private:
-  // Forward and backward on the whole batch into the model's gradients, scaled to the batch
-  // mean and clipped. The dropout seed is fit's for the same step number. Profiled, the
-  // scaling and clipping count as backward.
-  train::Tally compute(data::Batch const& batch, std::int64_t step, int attempt) {
-    strategy::DistributedBatch const whole(batch, 1);
-    strategy::Shard const shard = whole.shard(0);
+  // Forward and backward on each whole micro-batch into the model's gradients (the first
+  // writes them, the others add), scaled to the mean over their samples and clipped; their
+  // tallies into `result`. The dropout seed is fit's for the same micro-batch number.
+  // Profiled, each micro-batch has its forward and backward span, and the scaling and
+  // clipping count as the last backward.
+  void compute(std::span<data::Batch const> group, std::int64_t step, std::int64_t first_micro_batch, int attempt,
+               StepResult& result) {
     float* gradients = model_.gradients().data();
-    [[maybe_unused]] auto const copy = train::bind_products_copy(weights_, 0);
-    auto const forward_begin = stamp();
-    auto forward_end = forward_begin;
-    train::Tally const tally = pass_.train(model_, weights_(0), loss_, shard, false, nullptr,
-                                           {true, mix64(options_.seed, std::uint64_t(step)), shard.first_sample}, 1.0f,
-                                           gradients, false, [](std::size_t) {}, [&] { forward_end = stamp(); });
+    result.tally = {};
+    result.micro.clear();
+    std::int64_t samples = 0;
+    for (std::size_t m = 0; m < group.size(); ++m) {
+      strategy::DistributedBatch const whole(group[m], 1);
+      strategy::Shard const shard = whole.shard(0);
+      auto const forward_begin = stamp();
+      auto forward_end = forward_begin;
+      std::uint64_t const dropout_seed = mix64(options_.seed, std::uint64_t(first_micro_batch + std::int64_t(m)));
+      result.micro.push_back(pass_.train(model_, weights_(0), loss_, shard, false, nullptr,
+                                         {true, dropout_seed, shard.first_sample}, 1.0f, gradients, m > 0,
+                                         [](std::size_t) {}, [&] { forward_end = stamp(); }));
+      result.tally += result.micro.back();
+      samples += group[m].size;
+      if (m + 1 == group.size()) finish_gradient(gradients, samples);
+      if (probe_) {
+        probe_->record_worker(index_, profile::Phase::forward, forward_begin, forward_end, step, attempt);
+        probe_->record_worker(index_, profile::Phase::backward, forward_end, stamp(), step, attempt);
+      }
+    }
+  }
+
+  // The summed gradient of `samples` samples, scaled to their mean and clipped.
+  void finish_gradient(float* gradients, std::int64_t samples) const {
     std::size_t const n = model_.gradients().size();
-    float const scale = 1.0f / float(batch.size);
+    float const scale = 1.0f / float(samples);
     for (std::size_t i = 0; i < n; ++i) gradients[i] = gradients[i] * scale;
     if (options_.clip_global_norm > 0.0f) {
       double const norm = std::sqrt(train::sum_of_squares(gradients, n));
@@ -162,11 +190,6 @@ class Worker {
         for (std::size_t i = 0; i < n; ++i) gradients[i] *= factor;
       }
     }
-    if (probe_) {
-      probe_->record_worker(index_, profile::Phase::forward, forward_begin, forward_end, step, attempt);
-      probe_->record_worker(index_, profile::Phase::backward, forward_end, stamp(), step, attempt);
-    }
-    return tally;
   }
 
   // The probe's clock, or 0 when unprofiled (no clock is read).
