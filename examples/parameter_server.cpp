@@ -7,10 +7,13 @@
 //
 //   parameter_server [--epochs N] [--batch-size B] [--staleness S] [--train-samples N]
 //                    [--step-timeout MS] [--server-timeout MS] [--checkpoint FILE] [--precision fp32|bf16]
+//                    [--grad-accum K]
 //
 // --precision bf16 is MixedPrecision: the workers (and the chief's evaluation) compute with
 // bf16 weights and activations, on bf16 products where the CPU has them; the servers keep
-// and update fp32 weights. Every process of a job must be given the same.
+// and update fp32 weights. --grad-accum K makes each step K consecutive batches that one
+// worker trains whole, with one push (as GradAccum<K>). Every process of a job must be
+// given the same flags.
 // With --checkpoint, the chief saves every server's shards and optimizer state after each
 // epoch, and a job started again (every process, after a server was lost) continues from
 // the last one.
@@ -44,10 +47,11 @@ int main(int argc, char** argv) {
     else if (flag == "--server-timeout") options.server_timeout = std::chrono::milliseconds(value);
     else if (flag == "--checkpoint") options.checkpoint = argv[i + 1];
     else if (flag == "--precision") precision = argv[i + 1];
+    else if (flag == "--grad-accum") options.accumulation_steps = value;
     else {
       std::cerr << "unknown flag " << flag
                 << "; use --epochs N --batch-size B --staleness S --train-samples N --step-timeout MS "
-                   "--server-timeout MS --checkpoint FILE --precision fp32|bf16\n";
+                   "--server-timeout MS --checkpoint FILE --precision fp32|bf16 --grad-accum K\n";
       return 2;
     }
   }
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
       }
       auto const test = strata::data::fashion_mnist(strata::data::Split::test);
       std::cout << "ParameterServer: " << spec.workers.size() << " workers, " << spec.servers.size()
-                << " servers, staleness " << options.staleness << ", "
+                << " servers, staleness " << options.staleness << ", grad-accum " << options.accumulation_steps << ", "
                 << (std::is_same_v<Compute, strata::bf16> ? "MixedPrecision" : "FullPrecision") << "; " << Model::name()
                 << " on " << train.size() << " Fashion-MNIST images, batch " << options.batch_size << std::endl;
       Model trained = initial;
@@ -89,8 +93,9 @@ int main(int argc, char** argv) {
                       << *logs.val_loss << ", val_accuracy " << *logs.val_accuracy << std::endl;
           },
           [](std::string const& event) { std::cout << "chief: " << event << std::endl; }, &trained);
+      std::int64_t const batches = (std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size;
       std::int64_t const steps = std::int64_t(history["loss"].size()) *
-                                 ((std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size);
+                                 ((batches + options.accumulation_steps - 1) / options.accumulation_steps);
       std::cout << "steps=" << steps << std::endl;  // the chief's "server s applied N updates" lines say N = steps
       std::cout << "test_accuracy=" << history["val_accuracy"].back() << std::endl;
       return 0;

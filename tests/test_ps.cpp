@@ -3,6 +3,10 @@
 // inproc://) against OneDevice on the same batches and on Fashion-MNIST.
 #include <doctest/doctest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <array>
 #include <cstring>
@@ -324,6 +328,89 @@ TEST_CASE("Trainer<ParameterServer, GradAccum<K>> refuses a backup written with 
   BackupAndRestore backup{.directory = dir.path};
   Plain{}.fit(again, Sgd{.lr = 0.05f}, SoftmaxCrossEntropy{}, fashion(), options, backup);
   CHECK(backup.restored);
+}
+
+namespace {
+// A TCP port on loopback that nothing listens on now (the kernel's choice).
+int free_port() {
+  int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+}  // namespace
+
+// The job of separate roles (ps/job.hpp: a chief, a server and a worker, each with its own
+// ZeroMQ context over tcp:// on loopback, here as threads) with accumulation_steps 3 and
+// S = 0 trains what Trainer<OneDevice, GradAccum<3>> trains, dropout and a partial last
+// group included, bit for bit.
+TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step trains what GradAccum<3> trains") {
+  using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
+  auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
+  Adam const adam{.lr = 1e-3f};
+  Dropping reference = make();
+  Trainer<OneDevice, GradAccum<3>>{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(),
+                                         {.epochs = 2, .batch_size = 30, .seed = 5});
+
+  auto address = [] { return "localhost:" + std::to_string(free_port()); };
+  ps::ClusterSpec spec{.chief = address(), .workers = {address()}, .servers = {address()}};
+  ps::JobOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .staleness = 0, .accumulation_steps = 3};
+  Dropping const initial = make();
+  std::string server_error, worker_error;  // a role's failure, reported here rather than ending the program
+  std::thread server([&, spec]() mutable {
+    spec.role = ps::Role::ps;
+    try {
+      ps::run_server(spec, initial, adam, options);
+    } catch (std::exception const& e) {
+      server_error = e.what();
+    }
+  });
+  std::thread worker([&, spec]() mutable {
+    spec.role = ps::Role::worker;
+    try {
+      ps::run_worker(spec, initial, SoftmaxCrossEntropy{}, fashion(), options);
+    } catch (std::exception const& e) {
+      worker_error = e.what();
+    }
+  });
+  Dropping trained = make();
+  auto const history = ps::run_chief(spec, initial, adam, SoftmaxCrossEntropy{}, fashion(), std::nullopt, options, {}, {},
+                                     &trained);
+  server.join();
+  worker.join();
+  CHECK(server_error.empty());
+  CHECK(worker_error.empty());
+  CHECK(history["loss"].size() == 2);
+  auto const a = reference.parameters(), b = trained.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+}
+
+// A job's checkpoint counts steps; one written with another accumulation_steps would make
+// the servers take steps they never applied as applied, so the chief refuses it by name.
+TEST_CASE("a ParameterServer job refuses a checkpoint written with another accumulation_steps") {
+  TempDir const dir;
+  Model model(3);
+  Adam const adam{.lr = 1e-3f};
+  auto state = adam.make_state(model.parameters().size());
+  io::Progress progress;
+  progress.step = 21;  // one epoch of 21 batches, a step each
+  progress.epoch = 1;
+  progress.seed = 5;
+  progress.batch_size = 30;
+  ps::JobOptions options{.batch_size = 30, .seed = 5, .accumulation_steps = 3, .checkpoint = dir.path / "job.safetensors"};
+  io::save_checkpoint(options.checkpoint, model, adam, state, progress);
+  CHECK_THROWS_WITH_AS(ps::detail::load_job_checkpoint(options, 7, model, adam, state),
+                       doctest::Contains("job.safetensors: holds 21 steps after 1 epochs, but an epoch of this job is 7 "
+                                         "steps (accumulation_steps 3); run with the accumulation_steps that wrote it"),
+                       ConfigError);
+  options.accumulation_steps = 1;
+  CHECK(ps::detail::load_job_checkpoint(options, 21, model, adam, state)->step == 21);
 }
 
 // The callbacks see every batch in order and every epoch; BackupAndRestore saves at the

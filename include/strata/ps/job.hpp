@@ -56,6 +56,9 @@ struct JobOptions {
   bool shuffle = true;
   std::uint64_t seed = 0;
   int staleness = 0;  // S, as ps::CoordinatorOptions and ps::ShardServer
+  // K, as GradAccum<K>: each step is K consecutive batches (fewer at an epoch's end) that
+  // one worker trains whole, with one push. Every process must be given the same.
+  int accumulation_steps = 1;
   float clip_global_norm = 0.0f;
   PartitionOptions partition{};
   std::chrono::milliseconds step_timeout{30'000};    // chief: a worker silent this long on a step is lost
@@ -88,16 +91,25 @@ inline Header job_header(std::uint64_t job, Kind kind, std::int64_t step = -1, i
 inline data::BatchedDataset job_batches(data::Dataset const& train, JobOptions const& options) {
   if (options.batch_size < 1)
     throw ConfigError(strata::detail::message("ps job: batch_size ", options.batch_size, " must be at least 1"));
+  if (options.accumulation_steps < 1)
+    throw ConfigError(strata::detail::message("ps job: accumulation_steps ", options.accumulation_steps,
+                                              " must be at least 1 (1: a step per batch)"));
   if (train.empty()) throw DataError("ps job: the training dataset is empty; give it at least one sample");
   return (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
 }
 
+// Steps (server updates) in an epoch of `batches` batches: groups of K, the last maybe partial.
+inline std::int64_t job_steps_per_epoch(std::int64_t batches, JobOptions const& options) {
+  return (batches + options.accumulation_steps - 1) / options.accumulation_steps;
+}
+
 // The checkpoint at options.checkpoint, when there is one: `model` and `state` hold its
 // weights and optimizer state, and its progress is returned. It must be of this run's
-// batch size and seed (the step numbers and batches depend on them).
+// batch size, seed and accumulation (the step numbers and batches depend on them);
+// `steps_per_epoch`: this run's, where the caller reads the data (not a server).
 template <class Model, optim::Optimizer Opt>
-std::optional<io::Progress> load_job_checkpoint(JobOptions const& options, Model& model, Opt const& optimizer,
-                                                typename Opt::State& state) {
+std::optional<io::Progress> load_job_checkpoint(JobOptions const& options, std::optional<std::int64_t> steps_per_epoch,
+                                                Model& model, Opt const& optimizer, typename Opt::State& state) {
   if (options.checkpoint.empty() || !std::filesystem::exists(options.checkpoint)) return std::nullopt;
   io::TrainingState s = io::training_state(model, optimizer, state);
   io::load_checkpoint(options.checkpoint, s, [&](io::Progress const& p) {
@@ -106,6 +118,11 @@ std::optional<io::Progress> load_job_checkpoint(JobOptions const& options, Model
                                                 p.batch_size, " and seed ", p.seed, ", but this job has ",
                                                 options.batch_size, " and ", options.seed,
                                                 "; run with those, or remove the checkpoint to start afresh"));
+    if (steps_per_epoch && p.step != p.epoch * *steps_per_epoch)
+      throw ConfigError(strata::detail::message(
+          options.checkpoint.string(), ": holds ", p.step, " steps after ", p.epoch, " epochs, but an epoch of this job "
+          "is ", *steps_per_epoch, " steps (accumulation_steps ", options.accumulation_steps,
+          "); run with the accumulation_steps that wrote it, or remove the checkpoint to start afresh"));
   });
   return s.progress;
 }
@@ -121,7 +138,8 @@ void run_server(ClusterSpec const& spec, Model const& initial, Opt const& optimi
                           options.staleness);
   Model restored = initial;
   auto state = optimizer.make_state(restored.parameters().size());
-  if (auto const progress = detail::load_job_checkpoint(options, restored, optimizer, state))
+  // A server does not read the data, so the chief checks the checkpoint's step count.
+  if (auto const progress = detail::load_job_checkpoint(options, std::nullopt, restored, optimizer, state))
     server.restore(restored.parameters(), state, progress->step);
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::router);
@@ -141,6 +159,8 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
   std::uint64_t const job = partition.fingerprint();
   auto const batches = detail::job_batches(train, options);
   std::int64_t const per_epoch = batches.batches_per_epoch();
+  std::int64_t const steps_per_epoch = detail::job_steps_per_epoch(per_epoch, options);
+  int const k = options.accumulation_steps;
   zmq::context_t context(1);
   Worker<Model, LossFn, Compute> worker(context, spec.server_addresses(), partition, initial, loss, options.batch_size,
                                         spec.index, {options.server_timeout, options.clip_global_norm, options.seed});
@@ -161,9 +181,15 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
     if (message.header().kind != Kind::task) continue;
     std::int64_t const step = message.header().step;
     try {
-      auto stream = batches.stream(step / per_epoch, step % per_epoch, 1);
-      data::Batch const* batch = stream->next();
-      StepResult const result = worker.train_on_batch(*batch, step);
+      // Step `step` is group `step % steps_per_epoch` of K batches of its epoch.
+      std::int64_t const epoch = step / steps_per_epoch, first = (step % steps_per_epoch) * k;
+      std::int64_t const count = std::min<std::int64_t>(k, per_epoch - first);
+      auto stream = batches.stream(epoch, first);
+      std::vector<OwnedBatch> owned;  // a stream's batch is valid until its next one
+      for (std::int64_t m = 0; m < count; ++m) owned.emplace_back(*stream->next());
+      std::vector<data::Batch> group;
+      for (OwnedBatch const& b : owned) group.push_back(b.view());
+      StepResult const result = worker.train_on_batches(group, step, epoch * per_epoch + first);
       StepReport const report{result.tally.loss_sum, double(result.tally.correct), double(result.tally.samples),
                               double(result.attempts)};
       float floats[8];
@@ -195,6 +221,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
   Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
   std::uint64_t const job = partition.fingerprint();
   std::int64_t const per_epoch = detail::job_batches(train, options).batches_per_epoch();
+  std::int64_t const steps_per_epoch = detail::job_steps_per_epoch(per_epoch, options);
   auto say = [&](std::string const& what) {
     if (events) events(what);
   };
@@ -232,7 +259,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
   Model evaluated = initial;
   auto state = optimizer.make_state(evaluated.parameters().size());
   int first_epoch = 0;
-  if (auto const progress = detail::load_job_checkpoint(options, evaluated, optimizer, state)) {
+  if (auto const progress = detail::load_job_checkpoint(options, steps_per_epoch, evaluated, optimizer, state)) {
     first_epoch = int(progress->epoch);
     history = train::History::from_map(progress->history);
     say(strata::detail::message("resumed from ", options.checkpoint.string(), " after epoch ", first_epoch, " (step ",
@@ -257,9 +284,9 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       state.for_each_slot([&](char const*, AlignedBuffer& slot) { at = unpack(shards, at, slot.span()); });
     }
     io::Progress progress;
-    progress.step = std::int64_t(epochs_done) * per_epoch;
+    progress.step = std::int64_t(epochs_done) * steps_per_epoch;
     progress.epoch = epochs_done;
-    progress.micro_batches = progress.step;
+    progress.micro_batches = std::int64_t(epochs_done) * per_epoch;
     progress.seed = options.seed;
     progress.batch_size = options.batch_size;
     progress.history = history.to_map();
@@ -269,13 +296,13 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
     Clock::time_point last_alive = Clock::now();
     for (int epoch = first_epoch; epoch < options.epochs; ++epoch) {
       auto const start = Clock::now();
-      std::int64_t const first = epoch * per_epoch, end = first + per_epoch;
+      std::int64_t const first = epoch * steps_per_epoch, end = first + steps_per_epoch;
       std::deque<std::int64_t> pending;
       for (std::int64_t k = first; k < end; ++k) pending.push_back(k);
-      std::vector<char> done(std::size_t(per_epoch), 0);
+      std::vector<char> done(std::size_t(steps_per_epoch), 0);
       std::int64_t done_prefix = first, finished = 0;
       train::Tally total;
-      while (finished < per_epoch) {
+      while (finished < steps_per_epoch) {
         // Hand the next steps to idle workers, as far as the staleness bound lets them start.
         for (auto& [identity, peer] : peers) {
           if (peer.step >= 0 || pending.empty() || pending.front() - options.staleness > done_prefix) continue;

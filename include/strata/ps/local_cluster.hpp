@@ -46,17 +46,6 @@ struct ClusterOptions {
   profile::ClusterProbe* probe = nullptr;
 };
 
-// A batch a step owns: the step may run after the input stream moved past it.
-struct OwnedBatch {
-  Matrix features, targets;
-  int size;
-  std::int64_t index;
-  explicit OwnedBatch(data::Batch const& b)
-      : features(strata::detail::eigen(b.features)), targets(strata::detail::eigen(b.targets)), size(b.size),
-        index(b.index) {}
-  [[nodiscard]] data::Batch view() const { return {strata::view(features), strata::view(targets), size, index}; }
-};
-
 // Compute: the type the workers compute in (float, or bf16/fp16 under mixed precision).
 template <class Policy, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Compute = float>
 class LocalCluster {

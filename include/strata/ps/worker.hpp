@@ -46,6 +46,17 @@ struct WorkerOptions {
   int max_attempts = 1000;                    // stale answers before the step is given up
 };
 
+// A batch a step owns: the step may run after the input stream moved past it.
+struct OwnedBatch {
+  Matrix features, targets;
+  int size;
+  std::int64_t index;
+  explicit OwnedBatch(data::Batch const& b)
+      : features(strata::detail::eigen(b.features)), targets(strata::detail::eigen(b.targets)), size(b.size),
+        index(b.index) {}
+  [[nodiscard]] data::Batch view() const { return {strata::view(features), strata::view(targets), size, index}; }
+};
+
 // What one step did on a worker.
 struct StepResult {
   train::Tally tally;                   // its micro-batches' together
