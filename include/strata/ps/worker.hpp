@@ -166,6 +166,9 @@ class Worker {
   // clipping count as the last backward.
   void compute(std::span<data::Batch const> group, std::int64_t step, std::int64_t first_micro_batch, int attempt,
                StepResult& result) {
+    // The products read the bf16 (and packed) copies of the pulled weights where there are
+    // any; weights_(0) does not hold the products-only tensors then.
+    [[maybe_unused]] auto const copy = train::bind_products_copy(weights_, 0);
     float* gradients = model_.gradients().data();
     result.tally = {};
     result.micro.clear();
