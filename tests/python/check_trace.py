@@ -6,8 +6,9 @@ replica's all-reduce track, and (--steps N) N steps on each worker: a window of 
 (FitOptions::profile_steps). Prints "trace ok: N workers" on success.
 
 With --servers S, a Trainer<ParameterServer<W, S>> trace (--workers W): one process holding
-the cluster, a track per worker whose every step has a pull, forward, backward and push per
-attempt, and a track per server that applies every step exactly once.
+the cluster, a track per worker whose every step has, per attempt, a pull, a forward and a
+backward per micro-batch (one, or K under GradAccum<K>) and a push, and a track per server
+that applies every step exactly once.
 
     check_trace.py trace.json --workers 2 --replicas 2 [--collectives] [--steps N]
     check_trace.py trace.json --workers 2 --servers 1 [--steps N]
@@ -74,6 +75,24 @@ def finish(problems, spans, ok):
     return 0
 
 
+def split_attempts(names):
+    """The span count of each attempt when `names` is attempts of a pull, a forward and a
+    backward per micro-batch (one, or K under GradAccum<K>) and a push; None otherwise."""
+    counts, i = [], 0
+    while i < len(names):
+        start = i
+        if names[i] != "pull":
+            return None
+        i += 1
+        while i + 1 < len(names) and names[i] == "forward" and names[i + 1] == "backward":
+            i += 2
+        if i == start + 1 or i >= len(names) or names[i] != "push":
+            return None
+        i += 1
+        counts.append(i - start)
+    return counts or None
+
+
 def check_cluster(args, threads, processes, spans):
     """A ParameterServer trace: workers' passes and servers' updates, by each span's step."""
     problems = []
@@ -96,13 +115,12 @@ def check_cluster(args, threads, processes, spans):
             problems.append(f"no track for server {s}")
     if args.steps is not None and len(passes) != args.steps:
         problems.append(f"{len(passes)} steps of worker spans, expected {args.steps}")
-    order = ["pull", "forward", "backward", "push"]
     for step, events in passes.items():
         names = [e["name"] for e in events]
-        attempts = len(names) // 4
-        if names != order * attempts or len({e["tid"] for e in events}) != 1:
+        attempts = split_attempts(names)
+        if attempts is None or len({e["tid"] for e in events}) != 1:
             problems.append(f"step {step}: worker spans {names} on tracks {sorted({e['tid'] for e in events})}")
-        elif [e["args"]["attempt"] for e in events] != [a for a in range(attempts) for _ in order]:
+        elif [e["args"]["attempt"] for e in events] != [a for a, n in enumerate(attempts) for _ in range(n)]:
             problems.append(f"step {step}: attempts numbered {[e['args']['attempt'] for e in events]}")
         for s in range(args.servers):
             if applied[(s, step)] != 1:
