@@ -59,6 +59,23 @@ ps::Header header_of(zmq::message_t const& m) {
   return h;
 }
 std::string error_of(zmq::message_t const& m, std::uint64_t job) { return ps::Message(m, job).text(); }
+
+// Adam applied to the gradient rounded to T first: what a server does with a Compress<T>
+// push (the worker rounds, the server widens and updates in fp32).
+template <class T>
+struct RoundedAdam {
+  Adam adam;
+  using State = Adam::State;
+  static constexpr char const* name = "Adam";
+  [[nodiscard]] State make_state(std::size_t n) const { return adam.make_state(n); }
+  void validate() const { adam.validate(); }
+  void update(std::span<float> p, std::span<float const> g, State& state, std::size_t offset,
+              optim::StepInfo step) const {
+    std::vector<float> rounded(g.begin(), g.end());
+    round_to<T>(rounded.data(), rounded.size());
+    adam.update(p, rounded, state, offset, step);
+  }
+};
 }  // namespace
 
 TEST_CASE("the partitioner cuts tensors along their first axis into shards of at least the minimum size, balanced") {
@@ -116,6 +133,38 @@ TEST_CASE("a server applies a push at most once and rejects one more than S upda
   CHECK(server.stale_pushes() == 1);
 }
 
+// Compress<T>: a 16-bit push is widened to fp32 before the update, so it moves the weights
+// exactly as the fp32 push of the widened numbers does, with half the bytes on the wire.
+TEST_CASE_TEMPLATE("a server applies a bf16 or fp16 push as the fp32 push of the same numbers", T, bf16, fp16) {
+  auto const t = tensors({{3, 5}, {7}});
+  ps::Partition const p(t, 1);
+  std::vector<float> initial(22);
+  std::iota(initial.begin(), initial.end(), -5.0f);
+  ps::ShardServer<Adam> narrow(p, 0, t, initial, Adam{.lr = 0.1f}, 0), wide(p, 0, t, initial, Adam{.lr = 0.1f}, 0);
+  std::uint64_t const job = p.fingerprint();
+  for (int step = 0; step < 3; ++step) {
+    std::vector<T> halves;
+    std::vector<float> widened;
+    for (int i = 0; i < 22; ++i) {
+      halves.push_back(T(0.001f * float((i * 37 + step * 11) % 23) - 0.01f));  // not all fp16/bf16 exact
+      widened.push_back(float(halves.back()));
+    }
+    ps::Header h;
+    h.kind = ps::Kind::push;
+    h.job = job;
+    h.sender = 0;
+    h.step = step;
+    h.version = step;
+    auto const message = ps::encode<T>(h, halves);
+    CHECK(message.size() == sizeof(ps::Header) + 22 * 2);
+    CHECK(header_of(narrow.handle(message)).kind == ps::Kind::applied);
+    CHECK(header_of(wide.handle(request(job, ps::Kind::push, step, step, widened))).kind == ps::Kind::applied);
+  }
+  CHECK(std::vector<float>(narrow.weights().begin(), narrow.weights().end()) ==
+        std::vector<float>(wide.weights().begin(), wide.weights().end()));
+  CHECK(std::vector<float>(narrow.weights().begin(), narrow.weights().end()) != initial);
+}
+
 TEST_CASE("a server answers malformed or foreign messages with an error that says why, and keeps serving") {
   auto const t = tensors({{4}});
   ps::Partition const p(t, 1);
@@ -134,8 +183,8 @@ TEST_CASE("a server answers malformed or foreign messages with an error that say
   CHECK(error(request(job + 1, ps::Kind::pull, -1, 0)).find("belongs to job") != std::string::npos);
   auto truncated = request(job, ps::Kind::push, 0, 0, std::vector<float>{1, 1, 1, 1});
   zmq::message_t cut(truncated.data(), truncated.size() - 3);
-  CHECK(error(cut).find("announces 4 floats") != std::string::npos);
-  CHECK(error(request(job, ps::Kind::push, 0, 0, std::vector<float>{1, 1})).find("must hold its 4 floats, not 2") !=
+  CHECK(error(cut).find("announces 4 numbers of fp32") != std::string::npos);
+  CHECK(error(request(job, ps::Kind::push, 0, 0, std::vector<float>{1, 1})).find("must hold its 4 numbers, not 2") !=
         std::string::npos);
   CHECK(error(request(job, ps::Kind::push, 0, 5, std::vector<float>(4, 1.0f))).find("computed on version 5") !=
         std::string::npos);
@@ -144,7 +193,24 @@ TEST_CASE("a server answers malformed or foreign messages with an error that say
   std::uint16_t const kind = 99;
   std::memcpy(static_cast<char*>(unknown.data()) + 6, &kind, 2);
   CHECK(error(unknown).find("unknown kind 99") != std::string::npos);
-  CHECK(server.rejected_messages() == 8);
+  // The element type: a known one, 16 bits only on a push, and as many bytes as it says.
+  auto unknown_element = request(job, ps::Kind::pull, -1, 0);
+  std::uint16_t const element = 7;
+  std::memcpy(static_cast<char*>(unknown_element.data()) + 22, &element, 2);
+  CHECK(error(unknown_element).find("unknown element type 7") != std::string::npos);
+  ps::Header pull16;
+  pull16.kind = ps::Kind::pull;
+  pull16.job = job;
+  pull16.element = ps::Element::bf16;
+  CHECK(error(ps::detail::frame(pull16, 0, nullptr, 0)).find("a pull carries no bf16 numbers") != std::string::npos);
+  ps::Header push16 = pull16;
+  push16.kind = ps::Kind::push;
+  push16.step = 0;
+  std::array<bf16, 4> const halves{bf16(1.0f), bf16(1.0f), bf16(1.0f), bf16(1.0f)};
+  auto short16 = ps::encode<bf16>(push16, halves);
+  CHECK(error(zmq::message_t(short16.data(), short16.size() - 1)).find("announces 4 numbers of bf16") !=
+        std::string::npos);
+  CHECK(server.rejected_messages() == 11);
   CHECK(header_of(server.handle(request(job, ps::Kind::pull, -1, 0))).kind == ps::Kind::weights);
   CHECK(std::vector<float>(server.weights().begin(), server.weights().end()) == initial);
 }
@@ -347,15 +413,16 @@ int free_port() {
 }  // namespace
 
 // The job of separate roles (ps/job.hpp: a chief, a server and a worker, each with its own
-// ZeroMQ context over tcp:// on loopback, here as threads) with accumulation_steps 3 and
-// S = 0 trains what Trainer<OneDevice, GradAccum<3>> trains, dropout and a partial last
+// ZeroMQ context over tcp:// on loopback, here as threads) with accumulation_steps 3, the
+// worker's pushes in bf16 (Compress<bf16>) and S = 0 trains what Trainer<OneDevice,
+// GradAccum<3>> trains with Adam on the gradient rounded to bf16, dropout and a partial last
 // group included, bit for bit.
-TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step trains what GradAccum<3> trains") {
+TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step, pushing bf16, trains what GradAccum<3> trains") {
   using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
   auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
   Adam const adam{.lr = 1e-3f};
   Dropping reference = make();
-  Trainer<OneDevice, GradAccum<3>>{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(),
+  Trainer<OneDevice, GradAccum<3>>{}.fit(reference, RoundedAdam<bf16>{adam}, SoftmaxCrossEntropy{}, fashion(),
                                          {.epochs = 2, .batch_size = 30, .seed = 5});
 
   auto address = [] { return "localhost:" + std::to_string(free_port()); };
@@ -374,7 +441,7 @@ TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step
   std::thread worker([&, spec]() mutable {
     spec.role = ps::Role::worker;
     try {
-      ps::run_worker(spec, initial, SoftmaxCrossEntropy{}, fashion(), options);
+      ps::run_worker<float, bf16>(spec, initial, SoftmaxCrossEntropy{}, fashion(), options);
     } catch (std::exception const& e) {
       worker_error = e.what();
     }
@@ -590,6 +657,37 @@ TEST_CASE("a profiled Trainer<ParameterServer> fit times each worker's pass and 
   CHECK(trainer.evaluate(profiled, SoftmaxCrossEntropy{}, fashion(), 128, evaluated).loss == plain_eval.loss);
   CHECK(evaluated.run.activity == "evaluate");
   CHECK(evaluated.run.steps == 5);
+}
+
+
+// Compress<T>: each push crosses as T, half the bytes of fp32, and the servers widen it back
+// before their fp32 update. S = 0 trains what OneDevice trains with the reduced gradient
+// rounded to T before Adam, bit for bit; the profile counts the pushes' bytes as sent.
+TEST_CASE_TEMPLATE("Trainer<ParameterServer, Compress<T>> with S = 0 trains what OneDevice trains on gradients rounded to T",
+                   T, bf16, fp16) {
+  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .clip_global_norm = 0.5f};
+  Model reference(42);
+  Trainer<OneDevice>{}.fit(reference, RoundedAdam<T>{Adam{.lr = 1e-3f}}, SoftmaxCrossEntropy{}, fashion(), options);
+  Model uncompressed(42);
+  Trainer<OneDevice>{}.fit(uncompressed, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, fashion(), options);
+
+  KeepRun keep;
+  Model trained(42);
+  Trainer<ParameterServer<2, 2>, Compress<T>>({.staleness = 0, .partition = {.min_shard_bytes = 4096}})
+      .fit(trained, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, fashion(), options, keep);
+  auto const a = reference.parameters(), b = trained.parameters(), u = uncompressed.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  CHECK(std::vector<float>(b.begin(), b.end()) != std::vector<float>(u.begin(), u.end()));
+  std::size_t pushes = 0;
+  for (auto const& span : keep.run.spans) {
+    if (span.phase == profile::Phase::push) {
+      ++pushes;
+      CHECK(span.bytes == std::int64_t(Model::parameter_count * 2));
+    } else if (span.phase == profile::Phase::pull) {
+      CHECK(span.bytes == std::int64_t(Model::parameter_count * sizeof(float)));
+    }
+  }
+  CHECK(pushes == 42);
 }
 
 // GradAccum<4>, S = 0: each step is one worker's pass over its 4 micro-batches (1 in an

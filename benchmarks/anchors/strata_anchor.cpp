@@ -7,12 +7,13 @@
 // and twice more with MPI (strata_anchor_mpi[_openblas]), which add MultiWorkerMirrored<1>:
 // every process of the job prints its line, with its rank; and with ZeroMQ
 // (strata_anchor_ps_openblas, strata_anchor_ps_dnnl), which adds Trainer<ParameterServer<2, S>>
-// in one process, in fp32, (_mixed) under MixedPrecision and (_accum4) with GradAccum<4>.
+// in one process, in fp32, (_mixed) under MixedPrecision, (_accum4) with GradAccum<4> and
+// (_compress) with Compress<bf16>.
 //
 //   strata_anchor --strategy one_device|mirrored2|one_device_mixed|mirrored2_mixed [--epochs 3] [--steps 234]
 //   mpirun -np 2 strata_anchor_mpi --strategy multi_worker1 [--epochs 3] [--steps 234]
-//   strata_anchor_ps_openblas --strategy ps2x1|ps2x2|ps2x1_mixed|ps2x2_mixed|ps2x1_accum4|ps2x1_mixed_accum4
-//                             [--staleness 2] [--epochs 3] [--steps 234]
+//   strata_anchor_ps_openblas --strategy ps2x1|ps2x2|ps2x1_mixed|ps2x2_mixed|ps2x1_accum4|ps2x1_mixed_accum4|
+//                                        ps2x1_compress [--staleness 2] [--epochs 3] [--steps 234]
 
 #include <sys/resource.h>
 
@@ -125,6 +126,10 @@ int main(int argc, char** argv) {
       run<strata::Trainer<strata::ParameterServer<2, 1>, strata::MixedPrecision, strata::GradAccum<4>>>(
           "strata ParameterServer<2, 1>, MixedPrecision, GradAccum<4>, staleness " + std::to_string(staleness), epochs,
           steps, strata::ps::TrainerOptions{.staleness = staleness});
+    else if (strategy == "ps2x1_compress")
+      run<strata::Trainer<strata::ParameterServer<2, 1>, strata::Compress<strata::bf16>>>(
+          "strata ParameterServer<2, 1>, Compress<bf16>, staleness " + std::to_string(staleness), epochs, steps,
+          strata::ps::TrainerOptions{.staleness = staleness});
     else if (strategy == "ps2x2_mixed")
       run<strata::Trainer<strata::ParameterServer<2, 2>, strata::MixedPrecision>>(
           "strata ParameterServer<2, 2>, MixedPrecision, staleness " + std::to_string(staleness), epochs, steps,
@@ -133,8 +138,8 @@ int main(int argc, char** argv) {
     else {
       std::cerr << "--strategy " << strategy
                 << " is not one of one_device, mirrored2, one_device_mixed, mirrored2_mixed (and multi_worker1 in the "
-                   "_mpi programs; ps2x1, ps2x2, ps2x1_mixed, ps2x2_mixed, ps2x1_accum4, ps2x1_mixed_accum4 in the _ps "
-                   "programs)\n";
+                   "_mpi programs; ps2x1, ps2x2, ps2x1_mixed, ps2x2_mixed, ps2x1_accum4, ps2x1_mixed_accum4, "
+                   "ps2x1_compress in the _ps programs)\n";
       return 2;
     }
   } catch (strata::Error const& error) {

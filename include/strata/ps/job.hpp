@@ -150,8 +150,9 @@ void run_server(ClusterSpec const& spec, Model const& initial, Opt const& optimi
 }
 
 // A "worker" task: trains the steps the chief sends until the chief's stop. Compute: the
-// type it computes in (bf16: MixedPrecision; ps::Worker), the chief's too.
-template <class Compute = float, class Model, nn::Loss LossFn>
+// type it computes in (bf16: MixedPrecision; ps::Worker), the chief's too; Wire: what its
+// gradients cross in (bf16/fp16: Compress<T>; the servers take either).
+template <class Compute = float, class Wire = float, class Model, nn::Loss LossFn>
 void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& loss, data::Dataset const& train,
                 JobOptions const& options) {
   if (spec.role != Role::worker) throw ConfigError(strata::detail::message("ps::run_worker: this task is ", name(spec.role)));
@@ -162,7 +163,7 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
   std::int64_t const steps_per_epoch = detail::job_steps_per_epoch(per_epoch, options);
   int const k = options.accumulation_steps;
   zmq::context_t context(1);
-  Worker<Model, LossFn, Compute> worker(context, spec.server_addresses(), partition, initial, loss, options.batch_size,
+  Worker<Model, LossFn, Compute, Wire> worker(context, spec.server_addresses(), partition, initial, loss, options.batch_size,
                                         spec.index, {options.server_timeout, options.clip_global_norm, options.seed});
   zmq::socket_t chief(context, zmq::socket_type::dealer);
   chief.set(zmq::sockopt::linger, 1000);  // let the last report leave

@@ -46,14 +46,15 @@ struct ClusterOptions {
   profile::ClusterProbe* probe = nullptr;
 };
 
-// Compute: the type the workers compute in (float, or bf16/fp16 under mixed precision).
-template <class Policy, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Compute = float>
+// Compute: the type the workers compute in (float, or bf16/fp16 under mixed precision);
+// Wire: what their gradients cross in (float, or bf16/fp16 under Compress<T>).
+template <class Policy, class Model, optim::Optimizer Opt, nn::Loss LossFn, class Compute = float, class Wire = float>
 class LocalCluster {
   static_assert(Policy::kind == policy::StrategyKind::parameter_server,
                 "strata::ps::LocalCluster<P, ...>: P must be strata::ParameterServer<Workers, Servers>");
 
  public:
-  using worker_type = Worker<Model, LossFn, Compute>;
+  using worker_type = Worker<Model, LossFn, Compute, Wire>;
   static constexpr int workers = Policy::workers;
   static constexpr int servers = Policy::servers;
 

@@ -1,6 +1,7 @@
 #pragma once
 // The messages between ParameterServer's workers and servers: one fixed header and a payload
-// of floats (weights or a gradient) or of text (an error), in one ZeroMQ frame. The header
+// of numbers (weights, or a gradient: fp32, or bf16/fp16 under Compress<T>) or of text (an
+// error), in one ZeroMQ frame. The header
 // carries the job's fingerprint (ps::Partition::fingerprint), so a message of another job,
 // another model or another program is rejected by name, and every length is checked against
 // the frame before anything is read: a malformed frame is an error reply, never a crash.
@@ -15,6 +16,7 @@
 
 #include <zmq.hpp>
 
+#include "strata/core/dtype.hpp"
 #include "strata/core/error.hpp"
 
 #if defined(__SANITIZE_THREAD__)
@@ -75,19 +77,28 @@ inline char const* name(Kind k) {
   return "unknown";
 }
 
+// What a payload's numbers are: fp32, or the 16 bits a gradient crosses in under Compress<T>.
+enum class Element : std::uint16_t { f32 = 0, bf16 = 1, fp16 = 2 };
+inline constexpr std::uint16_t last_element = 2;
+template <class T>
+inline constexpr Element element_of = std::is_same_v<T, bf16> ? Element::bf16 : std::is_same_v<T, fp16> ? Element::fp16 : Element::f32;
+inline std::size_t element_size(Element e) { return e == Element::f32 ? 4 : 2; }
+inline char const* name(Element e) { return e == Element::f32 ? "fp32" : e == Element::bf16 ? "bf16" : "fp16"; }
+
 struct Header {
   static constexpr std::uint32_t strata_magic = 0x53505453;  // "STPS"
-  static constexpr std::uint16_t current_protocol = 1;
+  static constexpr std::uint16_t current_protocol = 2;       // 2: `element` (16-bit pushes)
 
   std::uint32_t magic = strata_magic;
   std::uint16_t protocol = current_protocol;
   Kind kind = Kind::error;
   std::uint64_t job = 0;     // the partition's fingerprint
   std::int32_t sender = -1;  // the worker's index (servers answer as -1)
-  std::int32_t server = 0;   // the server the request is for
+  std::int16_t server = 0;   // the server the request is for (ps::Partition allows at most 32,767)
+  Element element = Element::f32;  // the payload's numbers
   std::int64_t step = -1;    // push: the step the gradient belongs to
   std::int64_t version = 0;  // see Kind
-  std::uint64_t count = 0;   // payload: floats, or bytes of text for an error
+  std::uint64_t count = 0;   // payload: numbers, or bytes of text for an error
 };
 static_assert(sizeof(Header) == 48, "ps::Header is sent as its bytes");
 
@@ -120,10 +131,14 @@ inline zmq::message_t frame(Header header, std::uint64_t count, void const* byte
 }
 }  // namespace detail
 
-// One message made from a header and its payload.
-inline zmq::message_t encode(Header header, std::span<float const> floats) {
-  return detail::frame(header, floats.size(), floats.data(), floats.size_bytes());
+// One message made from a header and its payload of numbers (fp32, bf16 or fp16).
+template <class T>
+  requires is_compute_type<T>
+zmq::message_t encode(Header header, std::span<T const> numbers) {
+  header.element = element_of<T>;
+  return detail::frame(header, numbers.size(), numbers.data(), numbers.size_bytes());
 }
+inline zmq::message_t encode(Header header, std::span<float const> floats) { return encode<float>(header, floats); }
 inline zmq::message_t encode_error(Header header, std::string_view text) {
   header.kind = Kind::error;
   return detail::frame(header, text.size(), text.data(), text.size());
@@ -144,9 +159,12 @@ class Message {
            "; run the same strata on every process of the job");
     auto const k = static_cast<std::uint16_t>(header_.kind);
     if (k < 1 || k > last_kind) fail("unknown kind ", k);
-    std::size_t const unit = header_.kind == Kind::error ? 1 : sizeof(float);
+    if (static_cast<std::uint16_t>(header_.element) > last_element)
+      fail("unknown element type ", static_cast<std::uint16_t>(header_.element));
+    std::size_t const unit = header_.kind == Kind::error ? 1 : element_size(header_.element);
     if (header_.count > (frame.size() - sizeof(Header)) / unit || sizeof(Header) + header_.count * unit != frame.size())
-      fail("its header announces ", header_.count, header_.kind == Kind::error ? " bytes" : " floats", " but the frame holds ",
+      fail("its header announces ", header_.count, header_.kind == Kind::error ? " bytes" : " numbers of ",
+           header_.kind == Kind::error ? "" : name(header_.element), " but the frame holds ",
            frame.size() - sizeof(Header), " bytes after the header");
     if (header_.job != job)
       fail("it belongs to job ", header_.job, ", not ", job,
@@ -154,14 +172,19 @@ class Message {
   }
 
   [[nodiscard]] Header const& header() const { return header_; }
+  // The payload's numbers (of header().element).
   [[nodiscard]] std::size_t floats() const { return header_.kind == Kind::error ? 0 : std::size_t(header_.count); }
-  // Copies floats [first, first + out.size()) of the payload to `out` (the frame need not be aligned).
+  // Numbers [first, first + out.size()) of the payload, widened to `out` (the frame need not be aligned).
   void copy_floats(std::size_t first, std::span<float> out) const {
-    std::memcpy(out.data(), payload(first), out.size_bytes());
+    switch (header_.element) {
+      case Element::f32: std::memcpy(out.data(), payload(first), out.size_bytes()); return;
+      case Element::bf16: widen<bf16>(first, out); return;
+      case Element::fp16: widen<fp16>(first, out); return;
+    }
   }
-  // The payload's bytes from float `first` on.
+  // The payload's bytes from number `first` on.
   [[nodiscard]] std::byte const* payload(std::size_t first = 0) const {
-    return static_cast<std::byte const*>(frame_->data()) + sizeof(Header) + first * sizeof(float);
+    return static_cast<std::byte const*>(frame_->data()) + sizeof(Header) + first * element_size(header_.element);
   }
   [[nodiscard]] std::string text() const {
     if (header_.kind != Kind::error) return {};
@@ -169,6 +192,16 @@ class Message {
   }
 
  private:
+  template <class T>
+  void widen(std::size_t first, std::span<float> out) const {
+    std::byte const* at = payload(first);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      T value;
+      std::memcpy(&value.bits, at + i * sizeof(T), sizeof(T));
+      out[i] = float(value);
+    }
+  }
+
   zmq::message_t const* frame_;
   Header header_{};
 };

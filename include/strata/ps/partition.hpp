@@ -56,8 +56,8 @@ class Partition {
   Partition() = default;
   Partition(std::vector<nn::ParameterTensor> const& tensors, int servers, PartitionOptions options = {})
       : servers_(servers) {
-    if (servers < 1)
-      throw ConfigError(strata::detail::message("ps::Partition: ", servers, " servers; a job needs at least 1"));
+    if (servers < 1 || servers > 32767)  // a message names its server in 16 bits
+      throw ConfigError(strata::detail::message("ps::Partition: ", servers, " servers; a job needs 1 to 32,767"));
     if (options.min_shard_bytes < sizeof(float))
       throw ConfigError(strata::detail::message("ps::Partition: min_shard_bytes ", options.min_shard_bytes,
                                                 " is smaller than one float; use at least 4"));

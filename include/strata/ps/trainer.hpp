@@ -70,9 +70,6 @@ class BasicTrainer<Config> {
   static constexpr int accumulation = Config::accumulation_steps;
   static_assert(std::is_same_v<typename Config::device, policy::Cpu>,
                 "strata::ParameterServer runs on strata::Cpu only for now (docs/parameter_server.md)");
-  static_assert(std::is_same_v<typename Config::compression, policy::NoCompression>,
-                "strata::Compress<T> is not built for strata::ParameterServer yet: pushes and pulls travel in fp32; "
-                "drop Compress<T> (docs/parameter_server.md)");
 
  public:
   using config = Config;
@@ -119,7 +116,7 @@ class BasicTrainer<Config> {
       return end;
     };
 
-    ps::LocalCluster<Policy, Model, Opt, LossFn, Compute> cluster(
+    ps::LocalCluster<Policy, Model, Opt, LossFn, Compute, typename Config::compression::wire_type> cluster(
         model, optimizer, loss,
         {options_.staleness, options.batch_size, options_.partition,
          {options_.timeout, options.clip_global_norm, options.seed}, p});

@@ -9,6 +9,9 @@
 // computed) makes the worker pull and compute again; servers that applied the step already
 // ignore its repeat, so no step is applied twice anywhere.
 //
+// Wire: what the gradient crosses in (Compress<T>): fp32, or rounded to bf16/fp16 by the
+// worker and widened again by the server before its fp32 update. Pulls are fp32.
+//
 // It talks to the servers over one ZeroMQ DEALER socket per server; a server that does not
 // answer within the timeout is a CommError naming it and its address.
 
@@ -65,11 +68,14 @@ struct StepResult {
 };
 
 // Compute: the type the worker's passes compute in (Precision<Compute, NoLossScale>).
-template <class Model, nn::Loss LossFn, class Compute = float>
+template <class Model, nn::Loss LossFn, class Compute = float, class Wire = float>
 class Worker {
-  static_assert(std::is_same_v<Compute, float> || std::is_same_v<Compute, bf16> || std::is_same_v<Compute, fp16>,
-                "strata::ps::Worker<Model, Loss, Compute>: Compute, the workers' precision, must be float, strata::bf16 "
-                "or strata::fp16");
+  static_assert(is_compute_type<Compute>,
+                "strata::ps::Worker<Model, Loss, Compute, Wire>: Compute, the workers' precision, must be float, "
+                "strata::bf16 or strata::fp16");
+  static_assert(is_compute_type<Wire>,
+                "strata::ps::Worker<Model, Loss, Compute, Wire>: Wire, what a gradient crosses in, must be float, "
+                "strata::bf16 or strata::fp16");
 
  public:
   Worker(zmq::context_t& context, std::vector<std::string> const& servers, Partition const& partition, Model const& model,
@@ -86,6 +92,7 @@ class Worker {
     for (int s = 0; s < partition.servers(); ++s) {
       shards_.push_back(partition.of(s));
       buffers_.emplace_back(partition.floats(s));
+      if constexpr (compressed) wire_.emplace_back(partition.floats(s));
       bytes_ += std::int64_t(partition.floats(s) * sizeof(float));
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       sockets_.back().set(zmq::sockopt::linger, 0);
@@ -102,6 +109,9 @@ class Worker {
     for (int s = 0; s < servers(); ++s) {
       auto const reply = receive(s, Kind::weights);
       Message const message(reply, job_);
+      if (message.header().element != Element::f32)
+        throw CommError(strata::detail::message("ps: server ", s, " sent its weights as ", name(message.header().element),
+                                                ", not fp32"));
       if (message.floats() != buffers_[std::size_t(s)].size())
         throw CommError(strata::detail::message("ps: server ", s, " sent ", message.floats(), " floats, not its ",
                                                 buffers_[std::size_t(s)].size()));
@@ -132,7 +142,9 @@ class Worker {
       compute(group, step, first_micro_batch, attempt, result);
       auto const push_begin = stamp();
       bool const applied = push(step);
-      if (probe_) probe_->record_worker(index_, profile::Phase::push, push_begin, stamp(), step, attempt, bytes_);
+      if (probe_)
+        probe_->record_worker(index_, profile::Phase::push, push_begin, stamp(), step, attempt,
+                              bytes_ / std::int64_t(sizeof(float)) * std::int64_t(sizeof(Wire)));
       if (applied) return result;
       if (result.attempts >= options_.max_attempts)
         throw CommError(strata::detail::message("ps: worker ", index_, " pushed step ", step, " ", result.attempts,
@@ -215,7 +227,13 @@ class Worker {
     for (int s = 0; s < servers(); ++s) {
       auto& buffer = buffers_[std::size_t(s)];
       pack(shards_[std::size_t(s)], gradients, buffer.data());
-      send(s, Kind::push, step, versions_[std::size_t(s)], buffer);
+      if constexpr (compressed) {
+        auto& wire = wire_[std::size_t(s)];
+        store(wire.data(), buffer.data(), buffer.size());
+        send(s, Kind::push, step, versions_[std::size_t(s)], std::span<Wire const>(wire));
+      } else {
+        send(s, Kind::push, step, versions_[std::size_t(s)], std::span<float const>(buffer));
+      }
     }
     bool all_applied = true;
     for (int s = 0; s < servers(); ++s) {
@@ -225,7 +243,8 @@ class Worker {
     return all_applied;
   }
 
-  void send(int s, Kind kind, std::int64_t step, std::int64_t version, std::span<float const> floats) {
+  template <class T = float>
+  void send(int s, Kind kind, std::int64_t step, std::int64_t version, std::span<T const> numbers) {
     Header h;
     h.kind = kind;
     h.job = job_;
@@ -233,7 +252,7 @@ class Worker {
     h.server = s;
     h.step = step;
     h.version = version;
-    auto message = encode(h, floats);
+    auto message = encode<T>(h, numbers);
     handing_over(message);
     if (!sockets_[std::size_t(s)].send(message, zmq::send_flags::dontwait))
       throw CommError(strata::detail::message("ps: ", who(), " could not queue a ", name(kind), " for server ",
@@ -277,7 +296,9 @@ class Worker {
   WorkerOptions options_;
   std::vector<std::int64_t> versions_;
   std::vector<std::vector<Shard>> shards_;
+  static constexpr bool compressed = !std::is_same_v<Wire, float>;
   std::vector<std::vector<float>> buffers_;  // per server: its part of a gradient, packed
+  std::vector<std::vector<Wire>> wire_;      // compressed: that part rounded to Wire
   std::vector<zmq::socket_t> sockets_;
   std::int64_t bytes_ = 0;  // a whole model's floats: what a pull fetches and a push sends
   profile::ClusterProbe* probe_ = nullptr;
