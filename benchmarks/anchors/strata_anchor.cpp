@@ -67,6 +67,16 @@ void run(std::string system, int epochs, int steps, Options const&... options) {
             << "}" << std::endl;
 }
 
+#if defined(STRATA_ANCHOR_PS)
+// Trainer<ParameterServer<2, Servers>, Policies...>, named with `policies` (", MixedPrecision").
+template <int Servers, class... Policies>
+void run_ps(std::string const& policies, int staleness, int epochs, int steps) {
+  run<strata::Trainer<strata::ParameterServer<2, Servers>, Policies...>>(
+      "strata ParameterServer<2, " + std::to_string(Servers) + ">" + policies + ", staleness " + std::to_string(staleness),
+      epochs, steps, strata::ps::TrainerOptions{.staleness = staleness});
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,34 +116,15 @@ int main(int argc, char** argv) {
       run<strata::Trainer<strata::MultiWorkerMirrored<1>>>("strata MultiWorkerMirrored<1>, 2 processes", epochs, steps);
 #endif
 #if defined(STRATA_ANCHOR_PS)
-    else if (strategy == "ps2x1")
-      run<strata::Trainer<strata::ParameterServer<2, 1>>>(
-          "strata ParameterServer<2, 1>, staleness " + std::to_string(staleness), epochs, steps,
-          strata::ps::TrainerOptions{.staleness = staleness});
-    else if (strategy == "ps2x2")
-      run<strata::Trainer<strata::ParameterServer<2, 2>>>(
-          "strata ParameterServer<2, 2>, staleness " + std::to_string(staleness), epochs, steps,
-          strata::ps::TrainerOptions{.staleness = staleness});
-    else if (strategy == "ps2x1_mixed")
-      run<strata::Trainer<strata::ParameterServer<2, 1>, strata::MixedPrecision>>(
-          "strata ParameterServer<2, 1>, MixedPrecision, staleness " + std::to_string(staleness), epochs, steps,
-          strata::ps::TrainerOptions{.staleness = staleness});
-    else if (strategy == "ps2x1_accum4")
-      run<strata::Trainer<strata::ParameterServer<2, 1>, strata::GradAccum<4>>>(
-          "strata ParameterServer<2, 1>, GradAccum<4>, staleness " + std::to_string(staleness), epochs, steps,
-          strata::ps::TrainerOptions{.staleness = staleness});
+    else if (strategy == "ps2x1") run_ps<1>("", staleness, epochs, steps);
+    else if (strategy == "ps2x2") run_ps<2>("", staleness, epochs, steps);
+    else if (strategy == "ps2x1_mixed") run_ps<1, strata::MixedPrecision>(", MixedPrecision", staleness, epochs, steps);
+    else if (strategy == "ps2x2_mixed") run_ps<2, strata::MixedPrecision>(", MixedPrecision", staleness, epochs, steps);
+    else if (strategy == "ps2x1_accum4") run_ps<1, strata::GradAccum<4>>(", GradAccum<4>", staleness, epochs, steps);
     else if (strategy == "ps2x1_mixed_accum4")
-      run<strata::Trainer<strata::ParameterServer<2, 1>, strata::MixedPrecision, strata::GradAccum<4>>>(
-          "strata ParameterServer<2, 1>, MixedPrecision, GradAccum<4>, staleness " + std::to_string(staleness), epochs,
-          steps, strata::ps::TrainerOptions{.staleness = staleness});
+      run_ps<1, strata::MixedPrecision, strata::GradAccum<4>>(", MixedPrecision, GradAccum<4>", staleness, epochs, steps);
     else if (strategy == "ps2x1_compress")
-      run<strata::Trainer<strata::ParameterServer<2, 1>, strata::Compress<strata::bf16>>>(
-          "strata ParameterServer<2, 1>, Compress<bf16>, staleness " + std::to_string(staleness), epochs, steps,
-          strata::ps::TrainerOptions{.staleness = staleness});
-    else if (strategy == "ps2x2_mixed")
-      run<strata::Trainer<strata::ParameterServer<2, 2>, strata::MixedPrecision>>(
-          "strata ParameterServer<2, 2>, MixedPrecision, staleness " + std::to_string(staleness), epochs, steps,
-          strata::ps::TrainerOptions{.staleness = staleness});
+      run_ps<1, strata::Compress<strata::bf16>>(", Compress<bf16>", staleness, epochs, steps);
 #endif
     else {
       std::cerr << "--strategy " << strategy
