@@ -191,8 +191,8 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
       std::vector<data::Batch> group;
       for (OwnedBatch const& b : owned) group.push_back(b.view());
       StepResult const result = worker.train_on_batches(group, step, epoch * per_epoch + first);
-      StepReport const report{result.tally.loss_sum, double(result.tally.correct), double(result.tally.samples),
-                              double(result.attempts)};
+      train::Tally const tally = result.tally();
+      StepReport const report{tally.loss_sum, double(tally.correct), double(tally.samples), double(result.attempts)};
       float floats[8];
       std::memcpy(floats, &report, sizeof report);
       send(encode(detail::job_header(job, Kind::done, step, spec.index), floats));

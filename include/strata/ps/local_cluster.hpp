@@ -11,7 +11,7 @@
 //   strata::ps::LocalCluster<strata::ParameterServer<2, 1>, Model, strata::Adam, strata::SoftmaxCrossEntropy>
 //       cluster(model, strata::Adam{.lr = 1e-3f}, {}, {.staleness = 2, .max_batch = 256});
 //   auto loss = cluster.coordinator().schedule([&](auto& worker, std::int64_t step) {
-//     return worker.train_on_batch(batch, step).tally.loss_sum; });
+//     return worker.train_on_batch(batch, step).tally().loss_sum; });
 //   cluster.coordinator().join();
 //   cluster.copy_weights_to(model);
 

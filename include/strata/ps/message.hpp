@@ -192,9 +192,15 @@ class Message {
   }
 
  private:
+  // load<T> where the frame holds the numbers aligned (ZeroMQ's large frames do); else each
+  // number copied out first.
   template <class T>
   void widen(std::size_t first, std::span<float> out) const {
     std::byte const* at = payload(first);
+    if (reinterpret_cast<std::uintptr_t>(at) % alignof(T) == 0) {
+      load(out.data(), reinterpret_cast<T const*>(at), out.size());
+      return;
+    }
     for (std::size_t i = 0; i < out.size(); ++i) {
       T value;
       std::memcpy(&value.bits, at + i * sizeof(T), sizeof(T));

@@ -62,9 +62,15 @@ struct OwnedBatch {
 
 // What one step did on a worker.
 struct StepResult {
-  train::Tally tally;                   // its micro-batches' together
-  std::vector<train::Tally> micro;      // each micro-batch's, in order
-  int attempts = 1;                     // 1 + the times a server answered `stale`
+  std::vector<train::Tally> micro;  // each micro-batch's loss and accuracy counts, in order
+  int attempts = 1;                 // 1 + the times a server answered `stale`
+
+  // Its micro-batches' together.
+  [[nodiscard]] train::Tally tally() const {
+    train::Tally total;
+    for (auto const& t : micro) total += t;
+    return total;
+  }
 };
 
 // Compute: the type the worker's passes compute in (Precision<Compute, NoLossScale>).
@@ -92,7 +98,6 @@ class Worker {
     for (int s = 0; s < partition.servers(); ++s) {
       shards_.push_back(partition.of(s));
       buffers_.emplace_back(partition.floats(s));
-      if constexpr (compressed) wire_.emplace_back(partition.floats(s));
       bytes_ += std::int64_t(partition.floats(s) * sizeof(float));
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       sockets_.back().set(zmq::sockopt::linger, 0);
@@ -131,7 +136,8 @@ class Worker {
   // samples and clipped, one push. `first_micro_batch`: the first one's number in the run,
   // whose dropout stream it draws, as fit's micro-batch counter does.
   StepResult train_on_batches(std::span<data::Batch const> group, std::int64_t step, std::int64_t first_micro_batch) {
-    if (group.empty()) throw ConfigError(strata::detail::message("ps: worker ", index_, " was given step ", step, " with no batch"));
+    if (group.empty())
+      throw ConfigError(strata::detail::message("ps: worker ", index_, " was given step ", step, " with no batch"));
     StepResult result;
     for (;; ++result.attempts) {
       int const attempt = result.attempts - 1;
@@ -182,7 +188,6 @@ class Worker {
     // any; weights_(0) does not hold the products-only tensors then.
     [[maybe_unused]] auto const copy = train::bind_products_copy(weights_, 0);
     float* gradients = model_.gradients().data();
-    result.tally = {};
     result.micro.clear();
     std::int64_t samples = 0;
     for (std::size_t m = 0; m < group.size(); ++m) {
@@ -194,7 +199,6 @@ class Worker {
       result.micro.push_back(pass_.train(model_, weights_(0), loss_, shard, false, nullptr,
                                          {true, dropout_seed, shard.first_sample}, 1.0f, gradients, m > 0,
                                          [](std::size_t) {}, [&] { forward_end = stamp(); }));
-      result.tally += result.micro.back();
       samples += group[m].size;
       if (m + 1 == group.size()) finish_gradient(gradients, samples);
       if (probe_) {
@@ -226,14 +230,16 @@ class Worker {
     std::span<float const> gradients = model_.gradients();
     for (int s = 0; s < servers(); ++s) {
       auto& buffer = buffers_[std::size_t(s)];
-      pack(shards_[std::size_t(s)], gradients, buffer.data());
-      if constexpr (compressed) {
-        auto& wire = wire_[std::size_t(s)];
-        store(wire.data(), buffer.data(), buffer.size());
-        send(s, Kind::push, step, versions_[std::size_t(s)], std::span<Wire const>(wire));
+      if constexpr (compressed) {  // each shard rounded straight from the gradient arena
+        Wire* at = buffer.data();
+        for (Shard const& shard : shards_[std::size_t(s)]) {
+          store(at, gradients.data() + shard.begin, shard.size());
+          at += shard.size();
+        }
       } else {
-        send(s, Kind::push, step, versions_[std::size_t(s)], std::span<float const>(buffer));
+        pack(shards_[std::size_t(s)], gradients, buffer.data());
       }
+      send(s, Kind::push, step, versions_[std::size_t(s)], std::span<Wire const>(buffer));
     }
     bool all_applied = true;
     for (int s = 0; s < servers(); ++s) {
@@ -297,8 +303,7 @@ class Worker {
   std::vector<std::int64_t> versions_;
   std::vector<std::vector<Shard>> shards_;
   static constexpr bool compressed = !std::is_same_v<Wire, float>;
-  std::vector<std::vector<float>> buffers_;  // per server: its part of a gradient, packed
-  std::vector<std::vector<Wire>> wire_;      // compressed: that part rounded to Wire
+  std::vector<std::vector<Wire>> buffers_;  // per server: its part of a gradient, packed (rounded to Wire)
   std::vector<zmq::socket_t> sockets_;
   std::int64_t bytes_ = 0;  // a whole model's floats: what a pull fetches and a push sends
   profile::ClusterProbe* probe_ = nullptr;
