@@ -90,6 +90,7 @@ using strategy::PerWorker;
 // Training
 using train::BackupAndRestore;
 using train::BatchLogs;
+using train::CheckpointEvaluation;
 using train::CsvLogger;
 using train::EarlyStopping;
 using train::EpochLogs;
@@ -104,6 +105,9 @@ using profile::ProfilerOptions;
 using profile::TraceWriter;
 using train::MonitorMode;
 using train::ProgressBar;
+using train::SidecarEvaluator;
+using train::SidecarReport;
+using train::SidecarStop;
 using train::TrainBegin;
 
 // Checkpoints

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <iterator>
 #include <optional>
 #include <random>
+#include <stop_token>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -543,6 +545,214 @@ TEST_CASE("ModelCheckpoint: every N steps, or the best epochs only") {
           Trainer<>().fit(m, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.batch_size = 40},
                           ModelCheckpoint{.directory = dir.path, .every_steps = 2, .save_best_only = true});
         }).find("save_best_only compares epoch metrics") != std::string::npos);
+}
+
+namespace {
+// Copies the next of `staged` into the watched directory each time the evaluator reports a
+// checkpoint: the evaluator then meets every checkpoint in turn, as if training wrote them.
+struct Feeder {
+  std::vector<std::filesystem::path> staged;
+  std::filesystem::path watched;
+  std::size_t next = 1;
+  void on_checkpoint_evaluated(CheckpointEvaluation const&) {
+    if (next == staged.size()) return;
+    std::filesystem::copy_file(staged[next], watched / staged[next].filename());
+    ++next;
+  }
+};
+
+SidecarEvaluator quick(std::filesystem::path checkpoint) {
+  return {.checkpoint = std::move(checkpoint), .batch_size = 40, .poll = std::chrono::milliseconds(5),
+          .idle_timeout = std::chrono::milliseconds(300)};
+}
+}  // namespace
+
+TEST_CASE("SidecarEvaluator: each checkpoint's evaluation equals fit's own validation of that epoch") {
+  TempDir dir;
+  Model trained = make_model(3);
+  Dataset const test = fashion().take(120);
+  ModelCheckpoint every_epoch{.directory = dir.path / "written", .max_to_keep = 100};
+  History const h = Trainer<>().fit(trained, Adam{.lr = 0.01f}, SoftmaxCrossEntropy{}, fashion(),
+                                    {.epochs = 4, .batch_size = 40, .validation = test, .seed = 5}, every_epoch);
+  auto const written = CheckpointManager(dir.path / "written").checkpoints();
+  REQUIRE(written.size() == 4);
+  std::filesystem::create_directories(dir.path / "watched");
+  std::filesystem::copy_file(written[0], dir.path / "watched" / written[0].filename());
+
+  Model evaluated = make_model(99);  // other initial weights: every evaluation reads its file
+  Trainer<> trainer;
+  SidecarEvaluator sidecar = quick(dir.path / "watched");
+  sidecar.until_epochs = 4;
+  SidecarReport const report = sidecar.run(trainer, evaluated, SoftmaxCrossEntropy{}, test,
+                                           Feeder{written, dir.path / "watched"});
+  CHECK(report.stopped_by == SidecarStop::until_epochs);
+  CHECK(report.skipped.empty());
+  REQUIRE(report.evaluations.size() == 4);
+  for (std::size_t e = 0; e < 4; ++e) {
+    CheckpointEvaluation const& got = report.evaluations[e];
+    CHECK(got.step == 10 * std::int64_t(e + 1));  // 400 samples in batches of 40
+    CHECK(got.epoch == std::int64_t(e + 1));
+    CHECK(got.batch == 0);
+    CHECK(got.path == (dir.path / "watched" / written[e].filename()).string());
+    CHECK(got.evaluation.samples == 120);
+    CHECK(got.evaluation.loss == h["val_loss"][e]);
+    CHECK(got.evaluation.accuracy == h["val_accuracy"][e]);
+  }
+  CHECK(weights(evaluated) == weights(trained));
+
+  // Started after training, it evaluates only the newest, as Keras' does.
+  SidecarEvaluator latest = quick(dir.path / "written");
+  latest.until_step = 40;
+  SidecarReport const once = latest.run(trainer, evaluated, SoftmaxCrossEntropy{}, test);
+  CHECK(once.stopped_by == SidecarStop::until_step);
+  REQUIRE(once.evaluations.size() == 1);
+  CHECK(once.evaluations[0].step == 40);
+
+  // With no stop condition met it waits for idle_timeout, evaluating nothing twice.
+  SidecarEvaluator idle = quick(dir.path / "written");
+  SidecarReport const waited = idle.run(trainer, evaluated, SoftmaxCrossEntropy{}, test);
+  CHECK(waited.stopped_by == SidecarStop::idle_timeout);
+  CHECK(waited.evaluations.size() == 1);
+  idle.max_evaluations = 1;
+  CHECK(idle.run(trainer, evaluated, SoftmaxCrossEntropy{}, test).stopped_by == SidecarStop::max_evaluations);
+}
+
+TEST_CASE("SidecarEvaluator beside a running fit: whatever it evaluates is that epoch's validation") {
+  TempDir dir;
+  Model trained = make_model(4);
+  Dataset const test = fashion().take(120);
+  History history;
+  // max_to_keep 1: every save removes the file before, so the evaluator meets files that
+  // vanish between its listing and its read.
+  std::thread training([&] {
+    history = Trainer<>().fit(trained, Sgd{.lr = 0.05f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, fashion(),
+                              {.epochs = 6, .batch_size = 40, .validation = test, .seed = 6},
+                              ModelCheckpoint{.directory = dir.path, .max_to_keep = 1});
+  });
+  Model evaluated = make_model(98);
+  Trainer<> trainer;
+  SidecarEvaluator sidecar{.checkpoint = dir.path, .batch_size = 40, .until_epochs = 6,
+                           .poll = std::chrono::milliseconds(1), .idle_timeout = std::chrono::seconds(120)};
+  SidecarReport const report = sidecar.run(trainer, evaluated, SoftmaxCrossEntropy{}, test);
+  training.join();
+  CHECK(report.stopped_by == SidecarStop::until_epochs);
+  CHECK(report.skipped.empty());
+  REQUIRE(!report.evaluations.empty());
+  std::int64_t previous = 0;
+  for (CheckpointEvaluation const& got : report.evaluations) {
+    CHECK(got.step > previous);
+    previous = got.step;
+    REQUIRE(got.epoch >= 1);
+    REQUIRE(got.epoch <= 6);
+    CHECK(got.step == 10 * got.epoch);
+    CHECK(got.evaluation.loss == history["val_loss"][std::size_t(got.epoch - 1)]);
+    CHECK(got.evaluation.accuracy == history["val_accuracy"][std::size_t(got.epoch - 1)]);
+  }
+  CHECK(report.evaluations.back().epoch == 6);
+  CHECK(weights(evaluated) == weights(trained));
+}
+
+TEST_CASE("SidecarEvaluator: a damaged file is reported and passed over, another model is an error, bad options name the value") {
+  TempDir dir;
+  Model trained = make_model(5);
+  Dataset const test = fashion().take(80);
+  ModelCheckpoint every_epoch{.directory = dir.path, .max_to_keep = 100};
+  Trainer<> trainer;
+  trainer.fit(trained, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 2, .batch_size = 40, .seed = 5}, every_epoch);
+  // A newer file with one flipped bit in its weights: the evaluator reports it and takes
+  // the newest readable one instead.
+  std::string bytes = slurp(dir.path / "ckpt-20.safetensors");
+  bytes[bytes.size() - 5] ^= 0x10;
+  spill(dir.path / "ckpt-21.safetensors", bytes);
+  Model evaluated = make_model(97);
+  SidecarReport const report = quick(dir.path).run(trainer, evaluated, SoftmaxCrossEntropy{}, test);
+  REQUIRE(report.skipped.size() == 1);
+  CHECK(report.skipped[0].first == dir.path / "ckpt-21.safetensors");
+  CHECK(report.skipped[0].second.find("checksum mismatch") != std::string::npos);
+  REQUIRE(report.evaluations.size() == 1);
+  CHECK(report.evaluations[0].step == 20);
+  CHECK(report.evaluations[0].evaluation.loss == trainer.evaluate(trained, SoftmaxCrossEntropy{}, test, 40).loss);
+
+  // Only damaged files: nothing evaluated, and the model is as it was.
+  std::filesystem::create_directories(dir.path / "damaged");
+  spill(dir.path / "damaged" / "ckpt-7.safetensors", bytes);
+  Model untouched = make_model(96);
+  std::vector<float> const before = weights(untouched);
+  SidecarReport const none = quick(dir.path / "damaged").run(trainer, untouched, SoftmaxCrossEntropy{}, test);
+  CHECK(none.evaluations.empty());
+  CHECK(none.skipped.size() == 1);
+  CHECK(none.stopped_by == SidecarStop::idle_timeout);
+  CHECK(weights(untouched) == before);
+
+  // A checkpoint of another model: thrown at once, naming both.
+  std::filesystem::create_directories(dir.path / "other");
+  save_checkpoint(dir.path / "other" / "ckpt-3.safetensors", Other(1));
+  std::string const other = error_of<ConfigError>(
+      [&] { (void)quick(dir.path / "other").run(trainer, untouched, SoftmaxCrossEntropy{}, test); });
+  CHECK(other.find("ckpt-3.safetensors: the checkpoint holds Sequential<Dense<784, 16>") != std::string::npos);
+  CHECK(weights(untouched) == before);
+
+  auto refused = [&](SidecarEvaluator const& s) {
+    return error_of<ConfigError>([&] { (void)s.run(trainer, untouched, SoftmaxCrossEntropy{}, test); });
+  };
+  CHECK(refused({}).find("SidecarEvaluator: no checkpoint to watch") != std::string::npos);
+  CHECK(refused({.checkpoint = dir.path, .batch_size = 0}).find("batch_size 0 must be >= 1") != std::string::npos);
+  CHECK(refused({.checkpoint = dir.path, .prefix = "a/b"}).find("prefix 'a/b'") != std::string::npos);
+  CHECK(refused({.checkpoint = dir.path, .max_evaluations = -2}).find("max_evaluations -2") != std::string::npos);
+  CHECK(refused({.checkpoint = dir.path, .until_epochs = -1}).find("until_epochs -1 must be >= 0") != std::string::npos);
+  CHECK(refused({.checkpoint = dir.path, .poll = std::chrono::milliseconds(0)}).find("poll 0 ms must be > 0") !=
+        std::string::npos);
+}
+
+namespace {
+// Counts the evaluator's reports, for a test thread that waits for them.
+struct Seen {
+  std::atomic<int>* count;
+  void on_checkpoint_evaluated(CheckpointEvaluation const&) { count->fetch_add(1); }
+};
+}  // namespace
+
+TEST_CASE("SidecarEvaluator on one file replaced in place, and a stop request ends its wait") {
+  TempDir dir;
+  Dataset const test = fashion().take(80);
+  std::filesystem::path const file = dir.path / "job" / "model.safetensors";  // not there yet
+  std::atomic<int> seen{0};
+  SidecarReport report;
+  std::jthread sidecar([&](std::stop_token stop) {
+    Trainer<> trainer;
+    Model evaluated = make_model(95);
+    SidecarEvaluator watcher{.checkpoint = file, .batch_size = 40, .poll = std::chrono::milliseconds(2), .stop = stop};
+    report = watcher.run(trainer, evaluated, SoftmaxCrossEntropy{}, test, Seen{&seen});
+  });
+  std::filesystem::create_directories(file.parent_path());
+  std::vector<double> expected;
+  auto write = [&](std::int64_t step, std::uint64_t seed) {
+    Model const written = make_model(seed);
+    TrainingState state = training_state(const_cast<Model&>(written));
+    state.progress.step = step;
+    save_checkpoint(file, state);  // replaces the file: a new inode
+    return Trainer<>().evaluate(written, SoftmaxCrossEntropy{}, test, 40).loss;
+  };
+  auto wait_for = [&](int n) {
+    for (int waited = 0; waited < 60000 && seen.load() < n; ++waited)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(seen.load() == n);
+  };
+  expected.push_back(write(1, 11));
+  wait_for(1);
+  write(1, 11);  // the same step again: the same weights, not evaluated twice
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  expected.push_back(write(2, 12));
+  wait_for(2);
+  sidecar.request_stop();  // no stop condition and no idle_timeout: only this ends it
+  sidecar.join();
+  CHECK(report.stopped_by == SidecarStop::stop_requested);
+  REQUIRE(report.evaluations.size() == 2);
+  CHECK(report.evaluations[0].step == 1);
+  CHECK(report.evaluations[1].step == 2);
+  CHECK(report.evaluations[0].evaluation.loss == expected[0]);
+  CHECK(report.evaluations[1].evaluation.loss == expected[1]);
+  CHECK(expected[0] != expected[1]);
 }
 
 #ifdef STRATA_CHECKPOINT_WORKER

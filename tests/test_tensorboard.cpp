@@ -136,6 +136,26 @@ TEST_CASE("TensorBoard writes Keras' epoch scalars, batch scalars every update_f
   CHECK_THROWS_AS(TensorBoard(dir, {.update_freq = -1}), ConfigError);
 }
 
+TEST_CASE("a SidecarEvaluator's checkpoints go to validation/ as Keras' evaluation_*_vs_iterations") {
+  TempDir const scratch;
+  Dataset const train = data::fashion_mnist(data::Split::train).take(600);
+  Model model(8);
+  Trainer<Mirrored<2>> trainer;
+  trainer.fit(model, Adam{.lr = 2e-3f}, SoftmaxCrossEntropy{}, train, {.epochs = 2, .batch_size = 100},
+              ModelCheckpoint{.directory = scratch.path / "ckpt"});
+  Model evaluated(9);
+  SidecarEvaluator sidecar{.checkpoint = scratch.path / "ckpt", .until_epochs = 2};
+  SidecarReport const report =
+      sidecar.run(trainer, evaluated, SoftmaxCrossEntropy{}, train.take(200), TensorBoard{scratch.path / "logs"});
+  REQUIRE(report.evaluations.size() == 1);  // the newest: step 12
+  auto const v = scalars_of(only_event_file(scratch.path / "logs" / "validation"));
+  Evaluation const& e = report.evaluations[0].evaluation;
+  CHECK(v.at("evaluation_loss_vs_iterations") == std::vector<std::pair<std::int64_t, float>>{{12, float(e.loss)}});
+  CHECK(v.at("evaluation_accuracy_vs_iterations") ==
+        std::vector<std::pair<std::int64_t, float>>{{12, float(*e.accuracy)}});
+  CHECK(e.loss == trainer.evaluate(model, SoftmaxCrossEntropy{}, train.take(200)).loss);
+}
+
 TEST_CASE("under fp16 the loss scale is logged, and update_freq 0 writes epoch scalars only") {
   TempDir const scratch;
   auto const& dir = scratch.path;

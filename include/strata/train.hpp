@@ -13,6 +13,7 @@
 #include "strata/train/monitor.hpp"
 #include "strata/train/progress_bar.hpp"
 #include "strata/train/replica_pass.hpp"
+#include "strata/train/sidecar_evaluator.hpp"
 #include "strata/train/slice_update.hpp"
 #include "strata/train/step_runner.hpp"
 #include "strata/train/trainer.hpp"

@@ -31,6 +31,34 @@ struct RestoreReport {
   std::vector<std::pair<std::filesystem::path, std::string>> skipped;  // newer ones that failed, with why
 };
 
+// The step of a file named <prefix>-<step>.safetensors, or nullopt for any other name
+// (temporary files start with a dot, so they never match).
+inline std::optional<std::int64_t> checkpoint_step(std::filesystem::path const& path, std::string const& prefix) {
+  std::string const name = path.filename().string();
+  std::string const head = prefix + "-", tail = ".safetensors";
+  if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return std::nullopt;
+  std::string const digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return std::nullopt;
+  return std::stoll(digits);
+}
+
+// The numbered checkpoints <prefix>-<step>.safetensors in `directory`, lowest step first;
+// none where the directory does not exist (yet). Only reads the directory.
+inline std::vector<std::filesystem::path> numbered_checkpoints(std::filesystem::path const& directory,
+                                                               std::string const& prefix) {
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::error_code error;
+  // increment(error): a directory that a writer changes while it is listed never throws.
+  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error))
+    if (auto step = checkpoint_step(it->path(), prefix)) found.emplace_back(*step, it->path());
+  std::sort(found.begin(), found.end());
+  std::vector<std::filesystem::path> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
 class CheckpointManager {
  public:
   explicit CheckpointManager(std::filesystem::path directory, int max_to_keep = 5, std::string prefix = "ckpt")
@@ -71,14 +99,7 @@ class CheckpointManager {
 
   // This manager's checkpoints, oldest (lowest step) first.
   [[nodiscard]] std::vector<std::filesystem::path> checkpoints() const {
-    std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
-    std::error_code error;
-    for (auto const& entry : std::filesystem::directory_iterator(directory_, error))
-      if (auto step = step_of(entry.path())) found.emplace_back(*step, entry.path());
-    std::sort(found.begin(), found.end());
-    std::vector<std::filesystem::path> out;
-    for (auto& f : found) out.push_back(std::move(f.second));
-    return out;
+    return numbered_checkpoints(directory_, prefix_);
   }
 
   [[nodiscard]] std::optional<std::filesystem::path> latest() const {
@@ -117,17 +138,6 @@ class CheckpointManager {
   }
 
  private:
-  [[nodiscard]] std::optional<std::int64_t> step_of(std::filesystem::path const& path) const {
-    std::string const name = path.filename().string();
-    std::string const head = prefix_ + "-", tail = ".safetensors";
-    if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
-        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-      return std::nullopt;
-    std::string const digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return std::nullopt;
-    return std::stoll(digits);
-  }
-
   std::filesystem::path directory_;
   int max_to_keep_;
   std::string prefix_;

@@ -7,7 +7,9 @@
 //                     epoch_all_reduce_p99_ms, epoch_all_reduce_bus_gbps, epoch_peak_rss_mb,
 //                     epoch_rss_mb, epoch_loss_scale (where there is one);
 //                     every `update_freq` batches the same as batch_* at the batch's step
-//   logs/validation/  epoch_loss, epoch_accuracy (with FitOptions::validation)
+//   logs/validation/  epoch_loss, epoch_accuracy (with FitOptions::validation);
+//                     evaluation_loss_vs_iterations, evaluation_accuracy_vs_iterations from a
+//                     SidecarEvaluator, at the checkpoint's optimizer step (Keras' names)
 //
 // Epoch scalars are at step = epoch (0-based), as Keras writes them; batch scalars at the
 // number of batches trained in the run. Communication and memory figures are this process's.
@@ -80,6 +82,14 @@ class TensorBoard {
     validation_.reset();
   }
 
+  // A SidecarEvaluator's checkpoint (train/sidecar_evaluator.hpp).
+  void on_checkpoint_evaluated(train::CheckpointEvaluation const& e) {
+    if (!evaluation_) evaluation_.emplace(log_dir_ / "validation");
+    evaluation_->scalar("evaluation_loss_vs_iterations", e.step, e.evaluation.loss);
+    if (e.evaluation.accuracy) evaluation_->scalar("evaluation_accuracy_vs_iterations", e.step, *e.evaluation.accuracy);
+    evaluation_->flush();
+  }
+
   [[nodiscard]] std::filesystem::path const& log_dir() const { return log_dir_; }
 
  private:
@@ -125,7 +135,7 @@ class TensorBoard {
   std::filesystem::path log_dir_;
   TensorBoardOptions options_;
   bool chief_ = true;
-  std::optional<EventFileWriter> train_, validation_;
+  std::optional<EventFileWriter> train_, validation_, evaluation_;
   std::int64_t batches_ = 0;
   StepProfile latest_{};
   Window window_, epoch_;

@@ -112,4 +112,15 @@ struct Evaluation {
   std::int64_t samples = 0;
 };
 
+// One checkpoint a SidecarEvaluator evaluated (train/sidecar_evaluator.hpp), handed to its
+// callbacks' on_checkpoint_evaluated: where training was when the file was written, and
+// what evaluating its weights gave.
+struct CheckpointEvaluation {
+  std::string path;          // the file read
+  std::int64_t step = 0;     // optimizer steps the run had taken
+  std::int64_t epoch = 0;    // the epoch in progress (the epochs completed when batch == 0)
+  std::int64_t batch = 0;    // batches of that epoch already trained
+  Evaluation evaluation;
+};
+
 }  // namespace strata::train
