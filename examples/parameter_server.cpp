@@ -17,10 +17,15 @@
 // With --checkpoint, the chief saves every server's shards and optimizer state after each
 // epoch, and a job started again (every process, after a server was lost) continues from
 // the last one.
-// scripts/parameter-server starts a whole job on this machine. The chief prints each
-// epoch and what happened to the workers (lost, joined), and ends with
-// `test_accuracy=0.xxxx` and the updates each server applied; workers and servers exit
-// when the chief tells them the job is over. Exit status 1 with the reason on an error.
+// An "evaluator" task (TF_CONFIG's task type "evaluator"; needs --checkpoint) evaluates each
+// epoch's checkpoint on the test set while the job trains on, printing one line per
+// checkpoint and, after the last epoch's, `test_accuracy=0.xxxx`; when "cluster" lists it,
+// the chief leaves the per-epoch evaluation to it.
+// scripts/parameter-server starts a whole job on this machine (EVALUATOR=1 adds the
+// evaluator). The chief prints each epoch and what happened to the workers (lost, joined),
+// and ends with `test_accuracy=0.xxxx` and the updates each server applied; workers and
+// servers exit when the chief tells them the job is over. Exit status 1 with the reason on
+// an error.
 
 #include <chrono>
 #include <cstdlib>
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
       strata::SoftmaxCrossEntropy const loss;
       auto train = strata::data::fashion_mnist(strata::data::Split::train);
       if (train_samples > 0) train = train.take(train_samples);
+      auto const test = strata::data::fashion_mnist(strata::data::Split::test);
 
       switch (spec.role) {
         case strata::ps::Role::ps:
@@ -77,27 +83,45 @@ int main(int argc, char** argv) {
         case strata::ps::Role::worker:
           strata::ps::run_worker<Compute>(spec, initial, loss, train, options);
           return 0;
+        case strata::ps::Role::evaluator: {
+          auto const report = strata::ps::run_evaluator<Compute>(
+              spec, initial, loss, test, options, [&](strata::CheckpointEvaluation const& e) {
+                std::cout << "checkpoint of epoch " << e.epoch << "/" << options.epochs << " (step " << e.step
+                          << "): val_loss " << e.evaluation.loss << ", val_accuracy " << *e.evaluation.accuracy
+                          << std::endl;
+              });
+          for (auto const& [path, why] : report.skipped) std::cout << "skipped " << path << ": " << why << std::endl;
+          std::cout << "test_accuracy=" << *report.evaluations.back().evaluation.accuracy << std::endl;
+          return 0;
+        }
         case strata::ps::Role::chief: break;
       }
-      auto const test = strata::data::fashion_mnist(strata::data::Split::test);
       std::cout << "ParameterServer: " << spec.workers.size() << " workers, " << spec.servers.size()
                 << " servers, staleness " << options.staleness << ", grad-accum " << options.accumulation_steps << ", "
                 << (std::is_same_v<Compute, strata::bf16> ? "MixedPrecision" : "FullPrecision") << "; " << Model::name()
-                << " on " << train.size() << " Fashion-MNIST images, batch " << options.batch_size << std::endl;
+                << " on " << train.size() << " Fashion-MNIST images, batch " << options.batch_size
+                << (spec.evaluators.empty() ? "" : "; the evaluator task evaluates each epoch") << std::endl;
       Model trained = initial;
       auto const history = strata::ps::run_chief<Compute>(
           spec, initial, adam, loss, train, test, options,
           [](strata::train::EpochLogs const& logs) {
             std::cout << "epoch " << logs.epoch + 1 << "/" << logs.epochs << ": " << logs.steps << " steps in "
-                      << logs.seconds << " s, loss " << logs.loss << ", accuracy " << *logs.accuracy << ", val_loss "
-                      << *logs.val_loss << ", val_accuracy " << *logs.val_accuracy << std::endl;
+                      << logs.seconds << " s, loss " << logs.loss << ", accuracy " << *logs.accuracy;
+            if (logs.val_loss) std::cout << ", val_loss " << *logs.val_loss << ", val_accuracy " << *logs.val_accuracy;
+            std::cout << std::endl;
           },
           [](std::string const& event) { std::cout << "chief: " << event << std::endl; }, &trained);
       std::int64_t const batches = (std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size;
       std::int64_t const steps = std::int64_t(history["loss"].size()) *
                                  ((batches + options.accumulation_steps - 1) / options.accumulation_steps);
       std::cout << "steps=" << steps << std::endl;  // the chief's "server s applied N updates" lines say N = steps
-      std::cout << "test_accuracy=" << history["val_accuracy"].back() << std::endl;
+      // The final weights on the test set: the last epoch's evaluation, or (with an evaluator
+      // task) the same evaluation here, which the evaluator's last line must match.
+      double const accuracy =
+          history.contains("val_accuracy")
+              ? history["val_accuracy"].back()
+              : *strata::Trainer<strata::OneDevice, strata::Precision<Compute>>{}.evaluate(trained, loss, test).accuracy;
+      std::cout << "test_accuracy=" << accuracy << std::endl;
       return 0;
     } catch (strata::Error const& error) {
       std::cerr << "error: " << error.what() << std::endl;

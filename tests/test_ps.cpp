@@ -417,7 +417,7 @@ int free_port() {
 // worker's pushes in bf16 (Compress<bf16>) and S = 0 trains what Trainer<OneDevice,
 // GradAccum<3>> trains with Adam on the gradient rounded to bf16, dropout and a partial last
 // group included, bit for bit.
-TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step, pushing bf16, trains what GradAccum<3> trains") {
+TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step, pushing bf16, trains what GradAccum<3> trains; its evaluator evaluates each epoch's checkpoint") {
   using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
   auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
   Adam const adam{.lr = 1e-3f};
@@ -426,10 +426,22 @@ TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step
                                          {.epochs = 2, .batch_size = 30, .seed = 5});
 
   auto address = [] { return "localhost:" + std::to_string(free_port()); };
-  ps::ClusterSpec spec{.chief = address(), .workers = {address()}, .servers = {address()}};
-  ps::JobOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .staleness = 0, .accumulation_steps = 3};
+  ps::ClusterSpec spec{.chief = address(), .workers = {address()}, .servers = {address()}, .evaluators = {address()}};
+  TempDir const dir;
+  ps::JobOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .staleness = 0, .accumulation_steps = 3,
+                               .checkpoint = dir.path / "job.safetensors"};
   Dropping const initial = make();
-  std::string server_error, worker_error;  // a role's failure, reported here rather than ending the program
+  Dataset const test = fashion().take(150);
+  std::string server_error, worker_error, evaluator_error;  // a role's failure, reported here rather than ending the program
+  train::SidecarReport evaluated;
+  std::thread evaluator([&, spec]() mutable {
+    spec.role = ps::Role::evaluator;
+    try {
+      evaluated = ps::run_evaluator(spec, initial, SoftmaxCrossEntropy{}, test, options);
+    } catch (std::exception const& e) {
+      evaluator_error = e.what();
+    }
+  });
   std::thread server([&, spec]() mutable {
     spec.role = ps::Role::ps;
     try {
@@ -451,11 +463,50 @@ TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step
                                      &trained);
   server.join();
   worker.join();
+  evaluator.join();
   CHECK(server_error.empty());
   CHECK(worker_error.empty());
+  CHECK(evaluator_error.empty());
   CHECK(history["loss"].size() == 2);
+  CHECK_FALSE(history.contains("val_loss"));  // the evaluator's work: the chief did not evaluate
   auto const a = reference.parameters(), b = trained.parameters();
   CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  // The evaluator read the last epoch's checkpoint: the weights GradAccum<3> trained.
+  CHECK(evaluated.stopped_by == train::SidecarStop::until_epochs);
+  REQUIRE(!evaluated.evaluations.empty());
+  CHECK(evaluated.evaluations.back().epoch == 2);
+  CHECK(evaluated.evaluations.back().step == 2 * 7);  // 610 samples: 21 batches of 30, 7 groups of 3 an epoch
+  Evaluation const expected = Trainer<OneDevice>{}.evaluate(reference, SoftmaxCrossEntropy{}, test, 256);
+  CHECK(evaluated.evaluations.back().evaluation.loss == expected.loss);
+  CHECK(evaluated.evaluations.back().evaluation.accuracy == expected.accuracy);
+}
+
+TEST_CASE("TF_CONFIG: an evaluator task, listed in \"cluster\" or not; malformed ones name the key") {
+  auto const parse = [](std::string const& task, std::string const& extra = "") {
+    return ps::ClusterSpec::parse(R"({"cluster": {"chief": ["a:1"], "worker": ["b:2"], "ps": ["c:3"])" + extra +
+                                  R"(}, "task": )" + task + "}");
+  };
+  ps::ClusterSpec const listed = parse(R"({"type": "evaluator", "index": 0})", R"(, "evaluator": ["d:4"])");
+  CHECK(listed.role == ps::Role::evaluator);
+  CHECK(listed.evaluators == std::vector<std::string>{"d:4"});
+  CHECK(listed.own_address() == "d:4");
+  CHECK(parse(R"({"type": "evaluator"})").evaluators.empty());
+  CHECK(parse(R"({"type": "worker", "index": 0})").role == ps::Role::worker);
+  CHECK_THROWS_WITH_AS(parse(R"({"type": "evaluator", "index": 1})"),
+                       doctest::Contains("\"task\" is evaluator 1 but \"cluster\" has 1 evaluator task(s)"), ConfigError);
+  CHECK_THROWS_WITH_AS(parse(R"({"type": "evaluator"})", R"(, "evaluator": ["d:4", "e:5"])"),
+                       doctest::Contains("\"evaluator\" holds 2 addresses; a job has at most one evaluator"), ConfigError);
+  CHECK_THROWS_WITH_AS(parse(R"({"type": "judge"})"),
+                       doctest::Contains("\"task\".\"type\" is \"judge\"; it must be \"chief\", \"worker\", \"ps\" or \"evaluator\""),
+                       ConfigError);
+  // An evaluator reads the chief's checkpoints: a job without one is refused by both.
+  Model const initial(1);
+  CHECK_THROWS_WITH_AS(ps::run_evaluator(listed, initial, SoftmaxCrossEntropy{}, fashion(), {}),
+                       doctest::Contains("JobOptions::checkpoint is empty"), ConfigError);
+  ps::ClusterSpec chief = listed;
+  chief.role = ps::Role::chief;
+  CHECK_THROWS_WITH_AS(ps::run_chief(chief, initial, Adam{}, SoftmaxCrossEntropy{}, fashion(), std::nullopt, {}),
+                       doctest::Contains("\"cluster\" lists an evaluator"), ConfigError);
 }
 
 // A job's checkpoint counts steps; one written with another accumulation_steps would make

@@ -8,7 +8,10 @@
 //
 // Every process gets the same "cluster" and its own "task". The chief runs the coordinator,
 // each "ps" task one server, each "worker" task one worker; a worker's address is only its
-// name here (workers connect to the chief and the servers, nobody connects to them).
+// name here (workers connect to the chief and the servers, nobody connects to them). An
+// "evaluator" task (at most one; "cluster" may list it as "evaluator": ["host:port"]) reads
+// the chief's checkpoints and evaluates them beside the job (ps::run_evaluator); when
+// "cluster" lists one, the chief leaves evaluation to it.
 // ClusterSpec::from_environment() reads the TF_CONFIG variable. Anything missing or
 // malformed is a ConfigError naming the key and what was found.
 
@@ -23,13 +26,14 @@
 
 namespace strata::ps {
 
-enum class Role { chief, worker, ps };
+enum class Role { chief, worker, ps, evaluator };
 
 inline char const* name(Role r) {
   switch (r) {
     case Role::chief: return "chief";
     case Role::worker: return "worker";
     case Role::ps: return "ps";
+    case Role::evaluator: return "evaluator";
   }
   return "?";
 }
@@ -38,6 +42,7 @@ struct ClusterSpec {
   std::string chief;                 // "host:port"
   std::vector<std::string> workers;  // "host:port" each (names only)
   std::vector<std::string> servers;  // "host:port" each: the "ps" tasks
+  std::vector<std::string> evaluators;  // none, or the one "evaluator" task (a name only)
   Role role = Role::chief;
   int index = 0;                     // this task's index within its role
 
@@ -53,7 +58,14 @@ struct ClusterSpec {
   }
   // This task's own "host:port".
   [[nodiscard]] std::string const& own_address() const {
-    return role == Role::chief ? chief : role == Role::ps ? servers[std::size_t(index)] : workers[std::size_t(index)];
+    switch (role) {
+      case Role::chief: return chief;
+      case Role::ps: return servers[std::size_t(index)];
+      case Role::worker: return workers[std::size_t(index)];
+      case Role::evaluator: break;
+    }
+    static std::string const unlisted;  // an evaluator that "cluster" does not list
+    return evaluators.empty() ? unlisted : evaluators[0];
   }
 
   static ClusterSpec parse(std::string_view text, std::string const& source = "TF_CONFIG") {
@@ -90,17 +102,23 @@ struct ClusterSpec {
     spec.servers = addresses("ps", true);
     if (spec.workers.empty()) fail("\"cluster\".\"worker\" is empty; a job needs at least one worker");
     if (spec.servers.empty()) fail("\"cluster\".\"ps\" is empty; a job needs at least one ps task");
+    spec.evaluators = addresses("evaluator", false);
+    if (spec.evaluators.size() > 1)
+      fail("\"cluster\".\"evaluator\" holds ", spec.evaluators.size(), " addresses; a job has at most one evaluator");
 
     io::json::Value const* type = task->find("type");
-    if (!type || !type->is_string()) fail("\"task\".\"type\" must be \"chief\", \"worker\" or \"ps\"");
+    if (!type || !type->is_string()) fail("\"task\".\"type\" must be \"chief\", \"worker\", \"ps\" or \"evaluator\"");
     if (type->text == "chief") spec.role = Role::chief;
     else if (type->text == "worker") spec.role = Role::worker;
     else if (type->text == "ps") spec.role = Role::ps;
-    else fail("\"task\".\"type\" is \"", type->text, "\"; it must be \"chief\", \"worker\" or \"ps\"");
+    else if (type->text == "evaluator") spec.role = Role::evaluator;
+    else fail("\"task\".\"type\" is \"", type->text, "\"; it must be \"chief\", \"worker\", \"ps\" or \"evaluator\"");
     std::uint64_t index = 0;
     io::json::Value const* index_value = task->find("index");
     if (index_value && !index_value->as_size(index, 1u << 20)) fail("\"task\".\"index\" must be a non-negative integer");
-    std::size_t const tasks = spec.role == Role::chief ? 1 : spec.role == Role::worker ? spec.workers.size() : spec.servers.size();
+    std::size_t const tasks = spec.role == Role::chief || spec.role == Role::evaluator ? 1
+                              : spec.role == Role::worker                               ? spec.workers.size()
+                                                                                        : spec.servers.size();
     if (index >= tasks)
       fail("\"task\" is ", name(spec.role), " ", index, " but \"cluster\" has ", tasks, " ", name(spec.role), " task(s)");
     spec.index = int(index);

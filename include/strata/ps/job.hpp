@@ -10,6 +10,9 @@
 //                           idle workers in order (the staleness bound gates them as
 //                           ps::Coordinator does), evaluates the servers' weights after each
 //                           epoch, and stops every process at the end
+//   run_evaluator(spec, ...) an "evaluator" task: a SidecarEvaluator on the chief's
+//                           checkpoint (JobOptions::checkpoint), evaluating each epoch's
+//                           weights while the job trains the next, until the last epoch's
 //
 // Every process builds the same model from the same seed (the servers start from its
 // weights) and reads the same data: step k is batch k mod (batches per epoch) of epoch
@@ -46,6 +49,7 @@
 #include "strata/ps/shard_server.hpp"
 #include "strata/ps/worker.hpp"
 #include "strata/train/logs.hpp"
+#include "strata/train/sidecar_evaluator.hpp"
 #include "strata/train/trainer.hpp"
 
 namespace strata::ps {
@@ -63,7 +67,8 @@ struct JobOptions {
   PartitionOptions partition{};
   std::chrono::milliseconds step_timeout{30'000};    // chief: a worker silent this long on a step is lost
   std::chrono::milliseconds server_timeout{10'000};  // workers, chief: a server silent this long is lost
-  std::chrono::milliseconds idle_timeout{120'000};   // chief with no live worker, worker with no word from the chief
+  std::chrono::milliseconds idle_timeout{120'000};   // chief with no live worker, worker with no word from the chief,
+                                                     // evaluator with no new checkpoint (longer than an epoch)
   // Where the chief writes a checkpoint of every server's shards and optimizer state after
   // each epoch (atomically); when the file exists at start, the chief and the servers
   // continue from it. Empty: no checkpoints. Every process must be able to read it.
@@ -204,7 +209,8 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
 }
 
 // The chief: runs the job's epochs on the workers that report ready, evaluates after each
-// epoch (when `validation` is given), stops every process, and returns the History.
+// epoch (when `validation` is given and "cluster" lists no evaluator, whose work that then
+// is), stops every process, and returns the History.
 // `on_epoch` (optional) sees each epoch's logs as they are made; `events` (optional) each
 // notable event in words ("worker 1 lost: ...", "worker 1 joined"). Compute: the workers'
 // type, which the chief's evaluation computes in too.
@@ -216,6 +222,10 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
                          std::function<void(std::string const&)> const& events = {}, Model* trained = nullptr) {
   using Clock = std::chrono::steady_clock;
   if (spec.role != Role::chief) throw ConfigError(strata::detail::message("ps::run_chief: this task is ", name(spec.role)));
+  if (!spec.evaluators.empty() && options.checkpoint.empty())
+    throw ConfigError("ps::run_chief: \"cluster\" lists an evaluator, which reads the chief's checkpoints, and "
+                      "JobOptions::checkpoint is empty; give every process of the job the same checkpoint file "
+                      "(--checkpoint FILE)");
   if (options.epochs < 1) throw ConfigError(strata::detail::message("ps job: epochs ", options.epochs, " must be at least 1"));
   if (options.staleness < 0)
     throw ConfigError(strata::detail::message("ps job: staleness ", options.staleness, " must be >= 0 (0: synchronous)"));
@@ -385,7 +395,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       if constexpr (LossFn::reports_accuracy) logs.accuracy = double(total.correct) / double(std::max<std::int64_t>(total.samples, 1));
       reader.pull();  // every step of the epoch is applied: the servers' weights after it
       evaluated = reader.model();
-      if (validation) {
+      if (validation && spec.evaluators.empty()) {
         auto const e = train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>>{}.evaluate(
             evaluated, loss, *validation, 256);
         logs.val_loss = e.loss;
@@ -412,6 +422,41 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
   stop_everyone();
   if (trained) std::copy(evaluated.parameters().begin(), evaluated.parameters().end(), trained->parameters().begin());
   return history;
+}
+
+// An "evaluator" task: evaluates the weights of each checkpoint the chief writes (after every
+// epoch, at JobOptions::checkpoint, which every process must be able to read) on
+// `validation`, as the chief would, in Compute (the workers' type), while the job trains on.
+// The chief skips its own evaluation when TF_CONFIG's "cluster" lists the evaluator. Like
+// every sidecar it takes the newest checkpoint, so one written while it evaluated may be
+// passed over. `on_evaluated` (optional) sees each one. Returns after the checkpoint of the
+// job's last epoch; a CommError when none came for JobOptions::idle_timeout before it.
+template <class Compute = float, class Model, nn::Loss LossFn>
+train::SidecarReport run_evaluator(ClusterSpec const& spec, Model const& initial, LossFn const& loss,
+                                   data::Dataset const& validation, JobOptions const& options,
+                                   std::function<void(train::CheckpointEvaluation const&)> const& on_evaluated = {}) {
+  if (spec.role != Role::evaluator)
+    throw ConfigError(strata::detail::message("ps::run_evaluator: this task is ", name(spec.role)));
+  if (options.checkpoint.empty())
+    throw ConfigError("ps::run_evaluator: the evaluator reads the chief's checkpoints, and JobOptions::checkpoint is "
+                      "empty; give every process of the job the same checkpoint file (--checkpoint FILE)");
+  struct Report {
+    std::function<void(train::CheckpointEvaluation const&)> const& call;
+    void on_checkpoint_evaluated(train::CheckpointEvaluation const& e) const {
+      if (call) call(e);
+    }
+  };
+  Model model = initial;
+  train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>> trainer;
+  train::SidecarEvaluator const sidecar{.checkpoint = options.checkpoint, .until_epochs = options.epochs,
+                                        .poll = std::chrono::milliseconds(100), .idle_timeout = options.idle_timeout};
+  train::SidecarReport report = sidecar.run(trainer, model, loss, validation, Report{on_evaluated});
+  if (report.stopped_by == train::SidecarStop::idle_timeout)
+    throw CommError(strata::detail::message(
+        "ps: the evaluator saw no new checkpoint at ", options.checkpoint.string(), " for ", options.idle_timeout.count(),
+        " ms before the job's epoch ", options.epochs, " (evaluated ", report.evaluations.size(),
+        "); is the chief running, and is idle_timeout longer than an epoch?"));
+  return report;
 }
 
 }  // namespace strata::ps
