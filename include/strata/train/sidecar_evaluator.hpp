@@ -88,9 +88,15 @@ struct SidecarEvaluator {
 
   // Evaluates the checkpoints as they come; `model` receives each one's weights (a failed
   // read leaves it as it was). Evaluation runs in `trainer`'s strategy and precision.
-  template <class Trainer, class Model, nn::Loss LossFn, SidecarCallback... Cs>
+  template <class Trainer, class Model, nn::Loss LossFn, class... Cs>
   SidecarReport run(Trainer& trainer, Model& model, LossFn const& loss, data::Dataset const& data,
                     Cs&&... callbacks) const {
+    static_assert(requires { trainer.evaluate(model, loss, data, batch_size); },
+                  "strata::SidecarEvaluator::run: its first argument is the trainer that evaluates each checkpoint, "
+                  "e.g. strata::Trainer<strata::Mirrored<2>>");
+    static_assert((SidecarCallback<std::remove_cvref_t<Cs>> && ...),
+                  "strata::SidecarEvaluator::run: an argument after the data is not a sidecar callback; a sidecar "
+                  "callback has on_checkpoint_evaluated(strata::CheckpointEvaluation const&), as TensorBoard does");
     check();
     SidecarReport report;
     std::set<std::string> unreadable;  // damaged files: not read again
