@@ -262,6 +262,25 @@ TEST_CASE("only the chief draws, logs and writes checkpoints; a chief that fails
   for (std::string line; std::getline(log, line);) ++lines;
   CHECK(lines == 4);  // a header and three epochs, written once
 
+  // A sidecar evaluator is one process beside the job: a trainer of the job's processes is
+  // refused; a one-process one reads the chief's last checkpoint, the job's final weights.
+  SidecarEvaluator const sidecar{.checkpoint = dir / "checkpoints", .until_epochs = 3,
+                                 .idle_timeout = std::chrono::seconds(10)};
+  Mlp evaluated(6);
+  std::string const spans = "SidecarEvaluator: its trainer spans " + std::to_string(world_size()) +
+                           " processes; the evaluator is one process";
+  CHECK_THROWS_WITH_AS((void)sidecar.run(trainer, evaluated, SoftmaxCrossEntropy{}, data),
+                       doctest::Contains(spans.c_str()), ConfigError);
+  Trainer<> alone;
+  SidecarReport const report = sidecar.run(alone, evaluated, SoftmaxCrossEntropy{}, data);
+  REQUIRE(report.evaluations.size() == 1);
+  CHECK(report.evaluations[0].step == 12);
+  CHECK(report.evaluations[0].evaluation.loss ==
+        doctest::Approx(trainer.evaluate(model, SoftmaxCrossEntropy{}, data).loss).epsilon(1e-6));
+  CHECK(std::vector<float>(evaluated.parameters().begin(), evaluated.parameters().end()) ==
+        std::vector<float>(model.parameters().begin(), model.parameters().end()));
+  MPI_Barrier(MPI_COMM_WORLD);
+
   // Every worker throws the chief's error, with its type and words, after the same epoch.
   Mlp other(5);
   CHECK_THROWS_WITH_AS(trainer.fit(other, Sgd{}, SoftmaxCrossEntropy{}, data, {.epochs = 3, .batch_size = 24},

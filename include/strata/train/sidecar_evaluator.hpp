@@ -98,6 +98,14 @@ struct SidecarEvaluator {
                   "strata::SidecarEvaluator::run: an argument after the data is not a sidecar callback; a sidecar "
                   "callback has on_checkpoint_evaluated(strata::CheckpointEvaluation const&), as TensorBoard does");
     check();
+    // Processes that each poll on their own could pick different checkpoints, and then
+    // their evaluations' collectives would not match.
+    if constexpr (requires { Trainer::num_replicas; })
+      if (trainer.num_replicas_in_sync() != Trainer::num_replicas)
+        throw ConfigError(strata::detail::message(
+            "SidecarEvaluator: its trainer spans ", trainer.num_replicas_in_sync() / Trainer::num_replicas,
+            " processes; the evaluator is one process: give it a one-process strategy, e.g. "
+            "strata::Trainer<strata::Mirrored<2>>, and start it outside the training job"));
     SidecarReport report;
     std::set<std::string> unreadable;  // damaged files: not read again
     std::optional<std::string> last_seen;
