@@ -91,12 +91,21 @@ struct SidecarEvaluator {
   template <class Trainer, class Model, nn::Loss LossFn, class... Cs>
   SidecarReport run(Trainer& trainer, Model& model, LossFn const& loss, data::Dataset const& data,
                     Cs&&... callbacks) const {
-    static_assert(requires { trainer.evaluate(model, loss, data, batch_size); },
-                  "strata::SidecarEvaluator::run: its first argument is the trainer that evaluates each checkpoint, "
-                  "e.g. strata::Trainer<strata::Mirrored<2>>");
-    static_assert((SidecarCallback<std::remove_cvref_t<Cs>> && ...),
+    constexpr bool evaluates = requires { trainer.evaluate(model, loss, data, batch_size); };
+    constexpr bool callbacks_fit = (SidecarCallback<std::remove_cvref_t<Cs>> && ...);
+    static_assert(evaluates, "strata::SidecarEvaluator::run: its first argument is the trainer that evaluates each "
+                             "checkpoint, e.g. strata::Trainer<strata::Mirrored<2>>");
+    static_assert(callbacks_fit,
                   "strata::SidecarEvaluator::run: an argument after the data is not a sidecar callback; a sidecar "
                   "callback has on_checkpoint_evaluated(strata::CheckpointEvaluation const&), as TensorBoard does");
+    if constexpr (evaluates && callbacks_fit) return watch(trainer, model, loss, data, callbacks...);
+    else return {};  // (only the sentence above is reported)
+  }
+
+ private:
+  template <class Trainer, class Model, class LossFn, class... Cs>
+  SidecarReport watch(Trainer& trainer, Model& model, LossFn const& loss, data::Dataset const& data,
+                      Cs&... callbacks) const {
     check();
     // Processes that each poll on their own could pick different checkpoints, and then
     // their evaluations' collectives would not match.
@@ -162,7 +171,6 @@ struct SidecarEvaluator {
     }
   }
 
- private:
   // A checkpoint to consider: its path, and what tells a new write from one already seen.
   struct Candidate {
     std::filesystem::path path;
