@@ -615,6 +615,19 @@ TEST_CASE("SidecarEvaluator: each checkpoint's evaluation equals fit's own valid
   CHECK(waited.evaluations.size() == 1);
   idle.max_evaluations = 1;
   CHECK(idle.run(trainer, evaluated, SoftmaxCrossEntropy{}, test).stopped_by == SidecarStop::max_evaluations);
+
+  // A function may be a callback too; returning true stops the evaluator after that one.
+  std::filesystem::create_directories(dir.path / "again");
+  std::filesystem::copy_file(written[0], dir.path / "again" / written[0].filename());
+  std::vector<std::int64_t> steps;
+  SidecarReport const stopped = quick(dir.path / "again")
+                                    .run(trainer, evaluated, SoftmaxCrossEntropy{}, test,
+                                         Feeder{written, dir.path / "again"}, [&](CheckpointEvaluation const& e) {
+                                           steps.push_back(e.step);
+                                           return e.epoch == 2;
+                                         });
+  CHECK(stopped.stopped_by == SidecarStop::callback);
+  CHECK(steps == std::vector<std::int64_t>{10, 20});
 }
 
 TEST_CASE("SidecarEvaluator beside a running fit: whatever it evaluates is that epoch's validation") {

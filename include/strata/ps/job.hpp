@@ -440,17 +440,13 @@ train::SidecarReport run_evaluator(ClusterSpec const& spec, Model const& initial
   if (options.checkpoint.empty())
     throw ConfigError("ps::run_evaluator: the evaluator reads the chief's checkpoints, and JobOptions::checkpoint is "
                       "empty; give every process of the job the same checkpoint file (--checkpoint FILE)");
-  struct Report {
-    std::function<void(train::CheckpointEvaluation const&)> const& call;
-    void on_checkpoint_evaluated(train::CheckpointEvaluation const& e) const {
-      if (call) call(e);
-    }
-  };
   Model model = initial;
   train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>> trainer;
   train::SidecarEvaluator const sidecar{.checkpoint = options.checkpoint, .until_epochs = options.epochs,
                                         .poll = std::chrono::milliseconds(100), .idle_timeout = options.idle_timeout};
-  train::SidecarReport report = sidecar.run(trainer, model, loss, validation, Report{on_evaluated});
+  train::SidecarReport report = sidecar.run(trainer, model, loss, validation, [&](train::CheckpointEvaluation const& e) {
+    if (on_evaluated) on_evaluated(e);
+  });
   if (report.stopped_by == train::SidecarStop::idle_timeout)
     throw CommError(strata::detail::message(
         "ps: the evaluator saw no new checkpoint at ", options.checkpoint.string(), " for ", options.idle_timeout.count(),

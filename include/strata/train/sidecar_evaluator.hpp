@@ -70,10 +70,29 @@ struct SidecarReport {
   SidecarStop stopped_by = SidecarStop::idle_timeout;
 };
 
-// A callback of the evaluator: on_checkpoint_evaluated(CheckpointEvaluation const&), which
-// may return true to stop it. TensorBoard has one.
+// A callback of the evaluator: a type with on_checkpoint_evaluated(CheckpointEvaluation
+// const&) (TensorBoard has one), or a function of a CheckpointEvaluation const&; either may
+// return true to stop the evaluator.
 template <class C>
-concept SidecarCallback = requires(C& c, CheckpointEvaluation const& e) { c.on_checkpoint_evaluated(e); };
+concept SidecarCallback = requires(C& c, CheckpointEvaluation const& e) { c.on_checkpoint_evaluated(e); } ||
+                          std::is_invocable_v<C&, CheckpointEvaluation const&>;
+
+namespace detail {
+// Calls a sidecar callback; returns whether it asked to stop.
+template <class C>
+bool report_to(C& callback, CheckpointEvaluation const& e) {
+  auto call = [&]() -> decltype(auto) {
+    if constexpr (requires { callback.on_checkpoint_evaluated(e); }) return callback.on_checkpoint_evaluated(e);
+    else return callback(e);
+  };
+  if constexpr (std::is_void_v<decltype(call())>) {
+    call();
+    return false;
+  } else {
+    return bool(call());
+  }
+}
+}  // namespace detail
 
 struct SidecarEvaluator {
   std::filesystem::path checkpoint;   // a directory of numbered checkpoints, or one file (*.safetensors)
@@ -97,7 +116,8 @@ struct SidecarEvaluator {
                              "checkpoint, e.g. strata::Trainer<strata::Mirrored<2>>");
     static_assert(callbacks_fit,
                   "strata::SidecarEvaluator::run: an argument after the data is not a sidecar callback; a sidecar "
-                  "callback has on_checkpoint_evaluated(strata::CheckpointEvaluation const&), as TensorBoard does");
+                  "callback has on_checkpoint_evaluated(strata::CheckpointEvaluation const&), as TensorBoard does, or "
+                  "is a function of a strata::CheckpointEvaluation const&");
     if constexpr (evaluates && callbacks_fit) return watch(trainer, model, loss, data, callbacks...);
     else return {};  // (only the sentence above is reported)
   }
@@ -142,14 +162,8 @@ struct SidecarEvaluator {
                                         trainer.evaluate(model, loss, data, batch_size)};
         report.evaluations.push_back(done);
         idle_since = std::chrono::steady_clock::now();
-        bool stop_asked = false;
-        (([&] {
-           if constexpr (std::is_void_v<decltype(callbacks.on_checkpoint_evaluated(done))>)
-             callbacks.on_checkpoint_evaluated(done);
-           else
-             stop_asked |= bool(callbacks.on_checkpoint_evaluated(done));
-         }()),
-         ...);
+        bool stop_asked = false;  // every callback sees it, even after one asks to stop
+        ((stop_asked |= detail::report_to(callbacks, done)), ...);
         if (until_step && p.step >= *until_step) return stopped(report, SidecarStop::until_step);
         if (until_epochs && p.epoch >= *until_epochs) return stopped(report, SidecarStop::until_epochs);
         if (max_evaluations > 0 && std::ssize(report.evaluations) >= max_evaluations)
