@@ -83,6 +83,11 @@ static_assert(sizeof(StepReport) == 8 * sizeof(float));
 
 namespace detail {
 
+// What evaluates the job's weights, on the chief or in the evaluator task: one process, in
+// the workers' compute type.
+template <class Compute>
+using JobEvaluation = train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>>;
+
 inline Header job_header(std::uint64_t job, Kind kind, std::int64_t step = -1, int sender = -1) {
   Header h;
   h.kind = kind;
@@ -396,8 +401,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       reader.pull();  // every step of the epoch is applied: the servers' weights after it
       evaluated = reader.model();
       if (validation && spec.evaluators.empty()) {
-        auto const e = train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>>{}.evaluate(
-            evaluated, loss, *validation, 256);
+        auto const e = detail::JobEvaluation<Compute>{}.evaluate(evaluated, loss, *validation, 256);
         logs.val_loss = e.loss;
         logs.val_accuracy = e.accuracy;
       }
@@ -441,7 +445,7 @@ train::SidecarReport run_evaluator(ClusterSpec const& spec, Model const& initial
     throw ConfigError("ps::run_evaluator: the evaluator reads the chief's checkpoints, and JobOptions::checkpoint is "
                       "empty; give every process of the job the same checkpoint file (--checkpoint FILE)");
   Model model = initial;
-  train::BasicTrainer<policy::Config<policy::OneDevice, policy::Precision<Compute>>> trainer;
+  detail::JobEvaluation<Compute> trainer;
   train::SidecarEvaluator const sidecar{.checkpoint = options.checkpoint, .until_epochs = options.epochs,
                                         .poll = std::chrono::milliseconds(100), .idle_timeout = options.idle_timeout};
   train::SidecarReport report = sidecar.run(trainer, model, loss, validation, [&](train::CheckpointEvaluation const& e) {

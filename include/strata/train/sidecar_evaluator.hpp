@@ -45,24 +45,13 @@
 #include "strata/io/checkpoint_manager.hpp"
 #include "strata/io/training_state.hpp"
 #include "strata/nn/loss.hpp"
+#include "strata/train/callback.hpp"
 #include "strata/train/logs.hpp"
 
 namespace strata::train {
 
 // Why SidecarEvaluator::run returned.
 enum class SidecarStop { until_step, until_epochs, max_evaluations, idle_timeout, stop_requested, callback };
-
-inline char const* name(SidecarStop s) {
-  switch (s) {
-    case SidecarStop::until_step: return "until_step";
-    case SidecarStop::until_epochs: return "until_epochs";
-    case SidecarStop::max_evaluations: return "max_evaluations";
-    case SidecarStop::idle_timeout: return "idle_timeout";
-    case SidecarStop::stop_requested: return "stop_requested";
-    case SidecarStop::callback: return "callback";
-  }
-  return "?";
-}
 
 struct SidecarReport {
   std::vector<CheckpointEvaluation> evaluations;                        // in the order evaluated
@@ -81,16 +70,10 @@ namespace detail {
 // Calls a sidecar callback; returns whether it asked to stop.
 template <class C>
 bool report_to(C& callback, CheckpointEvaluation const& e) {
-  auto call = [&]() -> decltype(auto) {
+  return call_hook([&]() -> decltype(auto) {
     if constexpr (requires { callback.on_checkpoint_evaluated(e); }) return callback.on_checkpoint_evaluated(e);
     else return callback(e);
-  };
-  if constexpr (std::is_void_v<decltype(call())>) {
-    call();
-    return false;
-  } else {
-    return bool(call());
-  }
+  });
 }
 }  // namespace detail
 
@@ -140,6 +123,8 @@ struct SidecarEvaluator {
     std::optional<std::string> last_seen;
     std::optional<std::int64_t> last_step;
     auto idle_since = std::chrono::steady_clock::now();
+    std::mutex mutex;  // only for the wait below, which a stop request ends early
+    std::condition_variable_any woken;
     for (;;) {
       if (stop.stop_requested()) return stopped(report, SidecarStop::stop_requested);
       std::optional<Candidate> const newest = find_newest(unreadable, last_step);
@@ -178,10 +163,8 @@ struct SidecarEvaluator {
         if (left <= std::chrono::milliseconds(0)) return stopped(report, SidecarStop::idle_timeout);
         wait = std::min(wait, left);
       }
-      std::mutex mutex;
-      std::condition_variable_any woken;
       std::unique_lock lock(mutex);
-      woken.wait_for(lock, stop, wait, [] { return false; });  // ends early only on a stop request
+      woken.wait_for(lock, stop, wait, [] { return false; });
     }
   }
 
