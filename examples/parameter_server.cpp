@@ -7,13 +7,14 @@
 //
 //   parameter_server [--epochs N] [--batch-size B] [--staleness S] [--train-samples N]
 //                    [--step-timeout MS] [--server-timeout MS] [--checkpoint FILE] [--precision fp32|bf16]
-//                    [--grad-accum K]
+//                    [--grad-accum K] [--steps-per-epoch N]
 //
 // --precision bf16 is MixedPrecision: the workers (and the chief's evaluation) compute with
 // bf16 weights and activations, on bf16 products where the CPU has them; the servers keep
 // and update fp32 weights. --grad-accum K makes each step K consecutive batches that one
 // worker trains whole, with one push (as GradAccum<K>). Every process of a job must be
-// given the same flags.
+// given the same flags. --steps-per-epoch N makes an epoch N batches of pass after pass over
+// the data (Keras' steps_per_epoch), so that checkpoints and evaluations come every N batches.
 // With --checkpoint, the chief saves every server's shards and optimizer state after each
 // epoch, and a job started again (every process, after a server was lost) continues from
 // the last one.
@@ -53,10 +54,11 @@ int main(int argc, char** argv) {
     else if (flag == "--checkpoint") options.checkpoint = argv[i + 1];
     else if (flag == "--precision") precision = argv[i + 1];
     else if (flag == "--grad-accum") options.accumulation_steps = value;
+    else if (flag == "--steps-per-epoch") options.steps_per_epoch = value;
     else {
       std::cerr << "unknown flag " << flag
                 << "; use --epochs N --batch-size B --staleness S --train-samples N --step-timeout MS "
-                   "--server-timeout MS --checkpoint FILE --precision fp32|bf16 --grad-accum K\n";
+                   "--server-timeout MS --checkpoint FILE --precision fp32|bf16 --grad-accum K --steps-per-epoch N\n";
       return 2;
     }
   }
@@ -111,7 +113,9 @@ int main(int argc, char** argv) {
             std::cout << std::endl;
           },
           [](std::string const& event) { std::cout << "chief: " << event << std::endl; }, &trained);
-      std::int64_t const batches = (std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size;
+      std::int64_t const batches = options.steps_per_epoch > 0
+                                       ? options.steps_per_epoch
+                                       : (std::int64_t(train.size()) + options.batch_size - 1) / options.batch_size;
       std::int64_t const steps = std::int64_t(history["loss"].size()) *
                                  ((batches + options.accumulation_steps - 1) / options.accumulation_steps);
       std::cout << "steps=" << steps << std::endl;  // the chief's "server s applied N updates" lines say N = steps

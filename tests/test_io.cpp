@@ -409,6 +409,39 @@ TEST_CASE_TEMPLATE("BackupAndRestore: a crashed fit resumes bit for bit, history
   }
 }
 
+// 400 samples at a batch of 30: passes of 14 batches; epochs of 5 steps begin and end inside
+// them. Validation after every second epoch; EarlyStopping's replay must place those values
+// at epochs 1, 3, 5, not 0, 1, 2 (monitored with "max" as the better direction, so that the
+// best is an early epoch, one the replay places).
+TEST_CASE_TEMPLATE("BackupAndRestore with steps_per_epoch and validation_freq: a crashed fit resumes bit for bit", T,
+                   Trainer<OneDevice>, Trainer<Mirrored<2>>) {
+  TempDir dir;
+  FitOptions const options{.epochs = 6, .batch_size = 30, .validation = fashion().take(60), .seed = 11,
+                           .steps_per_epoch = 5, .validation_freq = 2};
+  Model straight = make_model(1);
+  auto const early = [] { return EarlyStopping{.monitor = "val_loss", .patience = 10, .mode = EarlyStopping::Mode::max}; };
+  EarlyStopping reference = early();
+  History const h = T().fit(straight, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, reference);
+  REQUIRE(h["val_loss"].size() == 3);
+  REQUIRE(reference.best_epoch == 1);
+  for (std::int64_t crash_step : {4, 13, 23}) {  // inside epochs 0, 2 (pass 0) and 4 (pass 1)
+    CAPTURE(crash_step);
+    BackupAndRestore backup{.directory = dir.path / "backup", .every_steps = 3};
+    EarlyStopping first = early();
+    Model m = make_model(1);
+    CHECK_THROWS_WITH(T().fit(m, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup, first, CrashAt{crash_step}),
+                      "simulated crash");
+    EarlyStopping resumed = early();
+    Model again = make_model(2);
+    History const r = T().fit(again, Adam{}, SoftmaxCrossEntropy{}, fashion(), options, backup, resumed);
+    REQUIRE(backup.restored);
+    CHECK(weights(again) == weights(straight));
+    CHECK(r["loss"] == h["loss"]);
+    CHECK(r["val_loss"] == h["val_loss"]);
+    CHECK(resumed.best_epoch == reference.best_epoch);
+  }
+}
+
 TEST_CASE("ModelCheckpoint(save_best_only) after a resume keeps the best of the whole history") {
   TempDir dir;
   FitOptions const options{.epochs = 4, .batch_size = 40, .validation = fashion().take(50), .seed = 2};
@@ -517,7 +550,13 @@ TEST_CASE("BackupAndRestore refuses a backup of a run with other FitOptions, and
   std::string const message = error_of<ConfigError>([&] {
     Trainer<>().fit(other, Sgd{}, SoftmaxCrossEntropy{}, fashion(), {.epochs = 2, .batch_size = 40, .seed = 1}, backup);
   });
-  CHECK(message.find("seed 1 and batch_size 50; this run has seed 1 and batch_size 40") != std::string::npos);
+  CHECK(message.find("seed 1, batch_size 50 and steps_per_epoch 0; this run has seed 1, batch_size 40 and steps_per_epoch 0") != std::string::npos);
+  // Epochs of other lengths would place the saved (epoch, batch) elsewhere in the data.
+  std::string const steps = error_of<ConfigError>([&] {
+    Trainer<>().fit(other, Sgd{}, SoftmaxCrossEntropy{}, fashion(),
+                    {.epochs = 2, .batch_size = 50, .seed = 1, .steps_per_epoch = 3}, backup);
+  });
+  CHECK(steps.find("steps_per_epoch 0; this run has seed 1, batch_size 50 and steps_per_epoch 3") != std::string::npos);
   CHECK(weights(other) == before);
 }
 

@@ -523,6 +523,41 @@ TEST_CASE("per-worker input: each worker trains on its own data, uneven sizes in
   else if (world_size() == 3) check_per_worker_input<1, 3>();
 }
 
+// Epochs of S steps across processes: S steps of pass after pass, each reshuffled, from the
+// global data every worker shards and from each worker's own (whose passes are as long as
+// the longest worker's: 96 samples in batches of 8, 12 steps). The oracle: the same job
+// trained pass by pass, over as many steps (2 passes), bit for bit.
+TEST_CASE("steps_per_epoch across processes: the workers agree on each epoch's steps, and whole passes train the same") {
+  if (world_size() < 2) return;
+  int const workers = world_size();
+  auto const train = [&](auto const& input, int epochs, std::int64_t steps_per_epoch, int batch_size) {
+    DropoutMlp model(21);
+    Trainer<MultiWorkerMirrored<1>> trainer;
+    std::vector<std::int64_t> steps;
+    trainer.fit(model, Adam{}, SoftmaxCrossEntropy{}, input,
+                {.epochs = epochs, .batch_size = batch_size, .seed = 4, .steps_per_epoch = steps_per_epoch},
+                OnBatchEnd{[&](BatchLogs const& logs) { steps.push_back(logs.step); }});
+    return std::pair{std::vector<float>(model.parameters().begin(), model.parameters().end()), steps};
+  };
+  // Global data: 200 samples at 16, passes of 13 steps; epochs of 2 steps.
+  auto const shared_passes = train(synthetic(200), 2, 0, 16).first;
+  auto const [shared_epochs, shared_steps] = train(synthetic(200), 13, 2, 16);
+  CHECK(shared_epochs == shared_passes);
+  CHECK(shared_steps.size() == 26);
+  CHECK(same_on_every_process(shared_epochs));
+  // Each worker's own: worker p holds 96 - 20 p samples.
+  data::Dataset const all = synthetic(400);
+  auto input = PerWorker{[&](InputContext const& context) {
+    std::size_t const p = std::size_t(context.input_pipeline_id);
+    return columns_of(all, 100 * p, 96 - 20 * p);
+  }};
+  auto const own_passes = train(input, 2, 0, 8 * workers).first;
+  auto const [own_epochs, own_steps] = train(input, 3, 8, 8 * workers);  // epoch 1 crosses a pass's end
+  CHECK(own_epochs == own_passes);
+  CHECK(own_steps == std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(same_on_every_process(own_epochs));
+}
+
 TEST_CASE("Strategy::distribute_datasets_from_function: every sample once per epoch, uneven workers never hang") {
   int const workers = world_size();
   // Sample i carries i in its first feature; worker p holds 40 - 7 p of them.

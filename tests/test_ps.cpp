@@ -15,6 +15,7 @@
 #include <numeric>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "strata.hpp"
 #include "strata/ps.hpp"
@@ -369,6 +370,41 @@ TEST_CASE_TEMPLATE("Trainer<ParameterServer, GradAccum<K>> with S = 0 trains wha
   CHECK(steps.micro == std::vector<std::int64_t>{21, 42});
 }
 
+// 610 samples at 30: passes of 21 batches; epochs of 8 steps cross them, and under
+// GradAccum<3> an epoch's last group is partial (8 = 3 + 3 + 2), as on OneDevice.
+TEST_CASE_TEMPLATE("Trainer<ParameterServer> with steps_per_epoch and validation_freq trains and validates what OneDevice does",
+                   T, Accumulating<ParameterServer<2, 1>>, Accumulating<ParameterServer<2, 2>, GradAccum<3>>) {
+  using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
+  Adam const adam{.lr = 1e-3f};
+  FitOptions const options{.epochs = 6, .batch_size = 30, .validation = fashion().take(60), .seed = 5,
+                           .steps_per_epoch = 8, .validation_freq = 3};
+  auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
+  Dropping reference = make();
+  auto const expected = typename T::reference{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
+  struct Steps {
+    std::vector<std::int64_t> optimizer;
+    std::int64_t batches = 0;
+    std::int64_t announced = 0;
+    void on_train_begin(TrainBegin const& info) { announced = info.steps_per_epoch; }
+    void on_batch_end(BatchLogs const&) { ++batches; }
+    void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { optimizer.push_back(state.progress.step); }
+  } steps;
+  Dropping trained = make();
+  typename T::trainer trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
+  auto const history = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options, steps);
+  auto const a = reference.parameters(), b = trained.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  CHECK(history["loss"] == expected["loss"]);
+  REQUIRE(history["val_loss"].size() == 2);  // after epochs 2 and 5
+  REQUIRE(expected["val_loss"].size() == 2);
+  for (std::size_t i = 0; i < 2; ++i)  // evaluated on Mirrored<Workers>: sums in another order
+    CHECK(history["val_loss"][i] == doctest::Approx(expected["val_loss"][i]).epsilon(1e-6));
+  constexpr std::int64_t k = T::trainer::config::accumulation_steps, groups = (8 + k - 1) / k;
+  CHECK(steps.announced == 8);
+  CHECK(steps.batches == 48);
+  CHECK(steps.optimizer == std::vector<std::int64_t>{groups, 2 * groups, 3 * groups, 4 * groups, 5 * groups, 6 * groups});
+}
+
 // A server takes the steps numbered below a restored count as applied, so a backup written
 // with another K (whose epochs count other steps) is refused, not resumed with steps skipped.
 TEST_CASE("Trainer<ParameterServer, GradAccum<K>> refuses a backup written with another K, which keeps it") {
@@ -416,69 +452,75 @@ int free_port() {
 // ZeroMQ context over tcp:// on loopback, here as threads) with accumulation_steps 3, the
 // worker's pushes in bf16 (Compress<bf16>) and S = 0 trains what Trainer<OneDevice,
 // GradAccum<3>> trains with Adam on the gradient rounded to bf16, dropout and a partial last
-// group included, bit for bit.
+// group included, bit for bit; in epochs of one pass, and in epochs of 10 batches
+// (steps_per_epoch, 4 groups of which the last is one batch) that cross the passes.
 TEST_CASE("a ParameterServer job of separate roles accumulating 3 batches a step, pushing bf16, trains what GradAccum<3> trains; its evaluator evaluates each epoch's checkpoint") {
   using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
   auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
   Adam const adam{.lr = 1e-3f};
-  Dropping reference = make();
-  Trainer<OneDevice, GradAccum<3>>{}.fit(reference, RoundedAdam<bf16>{adam}, SoftmaxCrossEntropy{}, fashion(),
-                                         {.epochs = 2, .batch_size = 30, .seed = 5});
+  // 610 samples: 21 batches of 30 a pass, 7 groups of 3; or epochs of 10 batches, 4 groups.
+  for (auto const& [epochs, steps_per_epoch, groups] : {std::tuple{2, std::int64_t(0), std::int64_t(7)},
+                                                         std::tuple{4, std::int64_t(10), std::int64_t(4)}}) {
+    CAPTURE(steps_per_epoch);
+    Dropping reference = make();
+    Trainer<OneDevice, GradAccum<3>>{}.fit(reference, RoundedAdam<bf16>{adam}, SoftmaxCrossEntropy{}, fashion(),
+                                           {.epochs = epochs, .batch_size = 30, .seed = 5, .steps_per_epoch = steps_per_epoch});
 
-  auto address = [] { return "localhost:" + std::to_string(free_port()); };
-  ps::ClusterSpec spec{.chief = address(), .workers = {address()}, .servers = {address()}, .evaluators = {address()}};
-  TempDir const dir;
-  ps::JobOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .staleness = 0, .accumulation_steps = 3,
-                               .checkpoint = dir.path / "job.safetensors"};
-  Dropping const initial = make();
-  Dataset const test = fashion().take(150);
-  std::string server_error, worker_error, evaluator_error;  // a role's failure, reported here rather than ending the program
-  train::SidecarReport evaluated;
-  std::thread evaluator([&, spec]() mutable {
-    spec.role = ps::Role::evaluator;
-    try {
-      evaluated = ps::run_evaluator(spec, initial, SoftmaxCrossEntropy{}, test, options);
-    } catch (std::exception const& e) {
-      evaluator_error = e.what();
-    }
-  });
-  std::thread server([&, spec]() mutable {
-    spec.role = ps::Role::ps;
-    try {
-      ps::run_server(spec, initial, adam, options);
-    } catch (std::exception const& e) {
-      server_error = e.what();
-    }
-  });
-  std::thread worker([&, spec]() mutable {
-    spec.role = ps::Role::worker;
-    try {
-      ps::run_worker<float, bf16>(spec, initial, SoftmaxCrossEntropy{}, fashion(), options);
-    } catch (std::exception const& e) {
-      worker_error = e.what();
-    }
-  });
-  Dropping trained = make();
-  auto const history = ps::run_chief(spec, initial, adam, SoftmaxCrossEntropy{}, fashion(), std::nullopt, options, {}, {},
-                                     &trained);
-  server.join();
-  worker.join();
-  evaluator.join();
-  CHECK(server_error.empty());
-  CHECK(worker_error.empty());
-  CHECK(evaluator_error.empty());
-  CHECK(history["loss"].size() == 2);
-  CHECK_FALSE(history.contains("val_loss"));  // the evaluator's work: the chief did not evaluate
-  auto const a = reference.parameters(), b = trained.parameters();
-  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
-  // The evaluator read the last epoch's checkpoint: the weights GradAccum<3> trained.
-  CHECK(evaluated.stopped_by == train::SidecarStop::until_epochs);
-  REQUIRE(!evaluated.evaluations.empty());
-  CHECK(evaluated.evaluations.back().epoch == 2);
-  CHECK(evaluated.evaluations.back().step == 2 * 7);  // 610 samples: 21 batches of 30, 7 groups of 3 an epoch
-  Evaluation const expected = Trainer<OneDevice>{}.evaluate(reference, SoftmaxCrossEntropy{}, test, 256);
-  CHECK(evaluated.evaluations.back().evaluation.loss == expected.loss);
-  CHECK(evaluated.evaluations.back().evaluation.accuracy == expected.accuracy);
+    auto address = [] { return "localhost:" + std::to_string(free_port()); };
+    ps::ClusterSpec spec{.chief = address(), .workers = {address()}, .servers = {address()}, .evaluators = {address()}};
+    TempDir const dir;
+    ps::JobOptions const options{.epochs = epochs, .batch_size = 30, .seed = 5, .staleness = 0, .accumulation_steps = 3,
+                                 .steps_per_epoch = steps_per_epoch, .checkpoint = dir.path / "job.safetensors"};
+    Dropping const initial = make();
+    Dataset const test = fashion().take(150);
+    std::string server_error, worker_error, evaluator_error;  // a role's failure, reported here rather than ending the program
+    train::SidecarReport evaluated;
+    std::thread evaluator([&, spec]() mutable {
+      spec.role = ps::Role::evaluator;
+      try {
+        evaluated = ps::run_evaluator(spec, initial, SoftmaxCrossEntropy{}, test, options);
+      } catch (std::exception const& e) {
+        evaluator_error = e.what();
+      }
+    });
+    std::thread server([&, spec]() mutable {
+      spec.role = ps::Role::ps;
+      try {
+        ps::run_server(spec, initial, adam, options);
+      } catch (std::exception const& e) {
+        server_error = e.what();
+      }
+    });
+    std::thread worker([&, spec]() mutable {
+      spec.role = ps::Role::worker;
+      try {
+        ps::run_worker<float, bf16>(spec, initial, SoftmaxCrossEntropy{}, fashion(), options);
+      } catch (std::exception const& e) {
+        worker_error = e.what();
+      }
+    });
+    Dropping trained = make();
+    auto const history = ps::run_chief(spec, initial, adam, SoftmaxCrossEntropy{}, fashion(), std::nullopt, options, {}, {},
+                                       &trained);
+    server.join();
+    worker.join();
+    evaluator.join();
+    CHECK(server_error.empty());
+    CHECK(worker_error.empty());
+    CHECK(evaluator_error.empty());
+    CHECK(history["loss"].size() == std::size_t(epochs));
+    CHECK_FALSE(history.contains("val_loss"));  // the evaluator's work: the chief did not evaluate
+    auto const a = reference.parameters(), b = trained.parameters();
+    CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+    // The evaluator read the last epoch's checkpoint: the weights GradAccum<3> trained.
+    CHECK(evaluated.stopped_by == train::SidecarStop::until_epochs);
+    REQUIRE(!evaluated.evaluations.empty());
+    CHECK(evaluated.evaluations.back().epoch == epochs);
+    CHECK(evaluated.evaluations.back().step == epochs * groups);
+    Evaluation const expected = Trainer<OneDevice>{}.evaluate(reference, SoftmaxCrossEntropy{}, test, 256);
+    CHECK(evaluated.evaluations.back().evaluation.loss == expected.loss);
+    CHECK(evaluated.evaluations.back().evaluation.accuracy == expected.accuracy);
+  }
 }
 
 TEST_CASE("TF_CONFIG: an evaluator task, listed in \"cluster\" or not; malformed ones name the key") {

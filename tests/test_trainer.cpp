@@ -427,3 +427,152 @@ TEST_CASE("a model with LayerNorm and Residual trains the same on Mirrored<3> as
   CHECK(bf16 > 0.0);   // 16-bit storage changes the arithmetic ...
   CHECK(bf16 < 2e-2);  // ... by about bf16's resolution after 21 Adam steps
 }
+
+// ---- Epochs of steps_per_epoch steps, and validation every few epochs ----
+
+namespace {
+// A sample's first pixel, which tells the samples of these tests apart.
+std::vector<float> first_pixels(data::Batch const& b) {
+  std::vector<float> out;
+  for (int i = 0; i < b.size; ++i) out.push_back(b.features.data[std::size_t(i) * std::size_t(b.features.rows)]);
+  return out;
+}
+
+// Every batch's loss and samples, as on_batch_end shows them (running means of the epoch).
+struct BatchLosses {
+  std::vector<double> running;
+  void on_batch_end(BatchLogs const& logs) { running.push_back(logs.loss); }
+};
+}  // namespace
+
+TEST_CASE("EpochStream: an epoch of S steps is the next S batches of pass after pass, each pass reshuffled") {
+  // 25 samples whose first pixel is their number, batches of 10: passes of 10, 10 and 5.
+  Matrix features = Matrix::Zero(784, 25);
+  for (int i = 0; i < 25; ++i) features(0, i) = float(i);
+  Dataset const data(features, std::vector<std::int32_t>(25, 0));
+  strategy::SharedInput const input(data, 10, /*shuffle=*/true, /*seed=*/3, /*prefetch=*/1);
+  REQUIRE(input.batches_per_pass() == 3);
+  // The oracle: the passes one after another, as a plain fit reads them (a pass per epoch).
+  std::vector<std::vector<float>> passes;
+  for (std::int64_t p = 0; p < 4; ++p) {
+    strategy::PassStream stream = input.pass(p, 0);
+    while (auto const* step = stream.next()) passes.push_back(first_pixels(*step->batch));
+  }
+  REQUIRE(passes[0] != passes[3]);  // reshuffled: pass 1 is another order
+  for (std::int64_t s : {1, 2, 3, 4, 7}) {
+    CAPTURE(s);
+    std::size_t at = 0;
+    for (std::int64_t epoch = 0; at + std::size_t(s) <= passes.size(); ++epoch) {
+      strategy::EpochStream stream(input, s, epoch, 0);
+      CHECK(stream.batches() == s);
+      for (std::int64_t i = 0; i < s; ++i, ++at) {
+        auto const* step = stream.next();
+        REQUIRE(step != nullptr);
+        CHECK(step->batch->index == i);  // its step in the epoch, whichever pass it comes from
+        CHECK(first_pixels(*step->batch) == passes[at]);
+      }
+      CHECK(stream.next() == nullptr);
+    }
+  }
+  // A resumed epoch starts at its step: epoch 1 of 4 steps, from step 2, is the pass sequence's step 6.
+  strategy::EpochStream resumed(input, 4, 1, 2);
+  for (std::size_t at = 6; at < 8; ++at) CHECK(first_pixels(*resumed.next()->batch) == passes[at]);
+  CHECK(resumed.next() == nullptr);
+  // Without S an epoch is a pass.
+  strategy::EpochStream whole(input, 0, 2, 0);
+  CHECK(whole.batches() == 3);
+  for (std::size_t at = 6; at < 9; ++at) CHECK(first_pixels(*whole.next()->batch) == passes[at]);
+}
+
+// 610 samples at a global batch of 30: passes of 21 batches. Epochs of 7 steps: three per
+// pass; of 6 under GradAccum<3>: windows that line up with a pass's.
+TEST_CASE_TEMPLATE("fit with steps_per_epoch trains what whole passes train, bit for bit, with each epoch's own metrics",
+                   T, Trainer<OneDevice>, Trainer<Mirrored<2>>, Trainer<Mirrored<2>, GradAccum<3>>) {
+  std::int64_t const s = T::config::accumulation_steps == 3 ? 6 : 7;
+  int const epochs = int(42 / s);
+  Model passes(42, {}, {}, Dropout{0.2f}, {});
+  Model stepped(42, {}, {}, Dropout{0.2f}, {});
+  BatchLosses per_pass, per_epoch;
+  Recorder recorder;
+  History const whole = T().fit(passes, Sgd{.lr = 0.05f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, fashion(),
+                                {.epochs = 2, .batch_size = 30, .seed = 5}, per_pass);
+  History const h = T().fit(stepped, Sgd{.lr = 0.05f, .momentum = 0.9f}, SoftmaxCrossEntropy{}, fashion(),
+                            {.epochs = epochs, .batch_size = 30, .seed = 5, .steps_per_epoch = s}, per_epoch, recorder);
+  CHECK(std::vector<float>(stepped.parameters().begin(), stepped.parameters().end()) ==
+        std::vector<float>(passes.parameters().begin(), passes.parameters().end()));
+  REQUIRE(h.epochs() == epochs);
+  CHECK(recorder.events.front() == "begin " + std::to_string(s));
+  CHECK(recorder.events[2] == "end " + std::to_string(s));
+  // Epoch e's loss is the mean over its batches' samples: from the whole passes' running
+  // means, (sum to its last batch - sum to the batch before it) / its samples.
+  REQUIRE(per_pass.running.size() == 42);
+  auto const samples_to = [](std::int64_t n) { return double(n < 21 ? 30 * n : 610); };  // in a pass's first n
+  auto const sum_to = [&](std::int64_t n) {  // the losses summed over the run's first n batches
+    if (n <= 21) return per_pass.running[std::size_t(n - 1)] * samples_to(n);
+    return per_pass.running[20] * 610.0 + per_pass.running[std::size_t(n - 1)] * samples_to(n - 21);
+  };
+  for (int e = 0; e < epochs; ++e) {
+    std::int64_t const first = e * s, last = first + s;  // the epoch's batches [first, last)
+    double const samples = double(30 * s - ((first < 21 && last >= 21) || (first < 42 && last >= 42) ? 20 : 0));
+    double const before = first ? sum_to(first) : 0.0;
+    CAPTURE(e);
+    CHECK(h["loss"][std::size_t(e)] == doctest::Approx((sum_to(last) - before) / samples).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("validation_freq: validation after every n-th epoch only, the same figures as every epoch's; callbacks skip the rest") {
+  TempDir dir;
+  auto const run = [&](int freq, auto&&... callbacks) {
+    PlainModel model(3);
+    return Trainer<Mirrored<2>>().fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(120),
+                                      {.epochs = 5, .batch_size = 20, .validation = fashion().take(40), .seed = 1,
+                                       .validation_freq = freq},
+                                      callbacks...);
+  };
+  History const every = run(1);
+  History const second = run(2, CsvLogger(dir.path / "log.csv"));
+  // Validation changes no weight: epochs 1 and 3 validate to the every-epoch run's figures.
+  CHECK(second["loss"] == every["loss"]);
+  CHECK(second["val_loss"] == std::vector<double>{every["val_loss"][1], every["val_loss"][3]});
+  CHECK(second["val_accuracy"] == std::vector<double>{every["val_accuracy"][1], every["val_accuracy"][3]});
+  std::ifstream in(dir.path / "log.csv");
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(line);
+  REQUIRE(rows.size() == 6);
+  CHECK(rows[0] == "epoch,loss,accuracy,val_loss,val_accuracy");
+  CHECK(rows[1].ends_with(",NA,NA"));
+  CHECK_FALSE(rows[2].ends_with(",NA"));
+  CHECK(rows[5].ends_with(",NA,NA"));
+
+  // EarlyStopping counts the validated epochs only; a validated epoch without the metric is still an error.
+  EarlyStopping early{.monitor = "val_loss", .patience = 0};
+  early.on_train_begin({.validation_freq = 2});
+  CHECK_FALSE(early.on_epoch_end({.epoch = 0, .loss = 1.0}));
+  CHECK_FALSE(early.on_epoch_end({.epoch = 1, .loss = 1.0, .val_loss = 1.0}));
+  CHECK_FALSE(early.on_epoch_end({.epoch = 2, .loss = 1.0}));  // skipped, not a worse epoch
+  CHECK(early.wait == 0);
+  CHECK(early.on_epoch_end({.epoch = 3, .loss = 1.0, .val_loss = 1.5}));
+  CHECK(early.stopped_epoch == 3);
+  EarlyStopping missing{.monitor = "val_loss"};
+  missing.on_train_begin({.validation_freq = 2});
+  CHECK_THROWS_WITH_AS(missing.on_epoch_end({.epoch = 1, .loss = 1.0}),
+                       doctest::Contains("monitor 'val_loss' is not a metric of this run"), ConfigError);
+  // ModelCheckpoint(save_best_only) saves after validated epochs only.
+  ModelCheckpoint best{.directory = dir.path / "best", .save_best_only = true, .save_weights_only = true};
+  History const h = run(2, best);
+  CHECK(best.saves == 1 + int(h["val_loss"][1] < h["val_loss"][0]));
+}
+
+TEST_CASE("steps_per_epoch and validation_freq: bad values name themselves and train nothing") {
+  PlainModel model(9);
+  std::vector<float> const before(model.parameters().begin(), model.parameters().end());
+  Trainer<> trainer;
+  auto const fit = [&](FitOptions const& options) { trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(40), options); };
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .steps_per_epoch = -1}),
+                       "fit: steps_per_epoch -1 must be >= 0 (0: an epoch is one pass over the data)", ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation = fashion().take(8), .validation_freq = 0}),
+                       "fit: validation_freq 0 must be >= 1 (1: validate after every epoch)", ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation_freq = 2}),
+                       "fit: validation_freq 2 without FitOptions::validation; give the validation dataset", ConfigError);
+  CHECK(std::vector<float>(model.parameters().begin(), model.parameters().end()) == before);
+}

@@ -60,6 +60,7 @@ inline Metadata progress_metadata(Progress const& p) {
           {"epoch", std::to_string(p.epoch)},
           {"batch", std::to_string(p.batch)},
           {"batch_size", std::to_string(p.batch_size)},
+          {"steps_per_epoch", std::to_string(p.steps_per_epoch)},
           {"rng_seed", std::to_string(p.seed)},
           {"rng_counter", std::to_string(p.micro_batches)},
           {"epoch_loss_sum", exact(p.epoch_loss_sum)},
@@ -106,6 +107,8 @@ class MetadataReader {
     p.epoch = integer<std::int64_t>("epoch");
     p.batch = integer<std::int64_t>("batch");
     p.batch_size = integer<std::int64_t>("batch_size");
+    // Absent from checkpoints written before FitOptions::steps_per_epoch: epochs were passes.
+    if (file_.metadata().count("steps_per_epoch")) p.steps_per_epoch = integer<std::int64_t>("steps_per_epoch");
     p.seed = integer<std::uint64_t>("rng_seed");
     p.micro_batches = integer<std::int64_t>("rng_counter");
     p.epoch_loss_sum = real("epoch_loss_sum");
@@ -132,7 +135,7 @@ class MetadataReader {
                                               " with counters ", p.loss_scale->good_steps, ", ",
                                               p.loss_scale->skipped_steps, " is not a loss-scale state (scale >= 1)"));
     }
-    if (p.step < 0 || p.epoch < 0 || p.batch < 0 || p.micro_batches < 0 || p.batch_size < 0)
+    if (p.step < 0 || p.epoch < 0 || p.batch < 0 || p.micro_batches < 0 || p.batch_size < 0 || p.steps_per_epoch < 0)
       throw IoError(strata::detail::message(file_.source(), ": negative step, epoch, batch or counter in the metadata"));
     return p;
   }

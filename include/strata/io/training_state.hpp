@@ -32,6 +32,7 @@ struct Progress {
   std::int64_t micro_batches = 0;  // global batches trained in all: the counter of the dropout streams
   std::uint64_t seed = 0;          // FitOptions::seed: shuffle orders and dropout masks derive from it
   std::int64_t batch_size = 0;     // the global batch size of the run
+  std::int64_t steps_per_epoch = 0;  // FitOptions::steps_per_epoch (0: an epoch is one pass)
   // Running metrics of the epoch in progress, so the resumed epoch reports the same numbers.
   double epoch_loss_sum = 0.0;
   std::int64_t epoch_correct = 0;

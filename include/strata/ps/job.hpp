@@ -48,6 +48,7 @@
 #include "strata/ps/partition.hpp"
 #include "strata/ps/shard_server.hpp"
 #include "strata/ps/worker.hpp"
+#include "strata/strategy/epoch_input.hpp"
 #include "strata/train/logs.hpp"
 #include "strata/train/sidecar_evaluator.hpp"
 #include "strata/train/trainer.hpp"
@@ -63,6 +64,10 @@ struct JobOptions {
   // K, as GradAccum<K>: each step is K consecutive batches (fewer at an epoch's end) that
   // one worker trains whole, with one push. Every process must be given the same.
   int accumulation_steps = 1;
+  // > 0: an epoch is this many batches of pass after pass over the data, each reshuffled
+  // (FitOptions::steps_per_epoch); 0: one pass. Every process must be given the same.
+  std::int64_t steps_per_epoch = 0;
+  int validation_freq = 1;  // the chief validates after every this-many-th epoch (FitOptions::validation_freq)
   float clip_global_norm = 0.0f;
   PartitionOptions partition{};
   std::chrono::milliseconds step_timeout{30'000};    // chief: a worker silent this long on a step is lost
@@ -97,15 +102,18 @@ inline Header job_header(std::uint64_t job, Kind kind, std::int64_t step = -1, i
   return h;
 }
 
-// The batches every process numbers the same way.
-inline data::BatchedDataset job_batches(data::Dataset const& train, JobOptions const& options) {
+// The batches every process numbers the same way (as fit's, pass by pass).
+inline strategy::SharedInput job_input(data::Dataset const& train, JobOptions const& options) {
   if (options.batch_size < 1)
     throw ConfigError(strata::detail::message("ps job: batch_size ", options.batch_size, " must be at least 1"));
   if (options.accumulation_steps < 1)
     throw ConfigError(strata::detail::message("ps job: accumulation_steps ", options.accumulation_steps,
                                               " must be at least 1 (1: a step per batch)"));
+  if (options.steps_per_epoch < 0)
+    throw ConfigError(strata::detail::message("ps job: steps_per_epoch ", options.steps_per_epoch,
+                                              " must be >= 0 (0: an epoch is one pass over the data)"));
   if (train.empty()) throw DataError("ps job: the training dataset is empty; give it at least one sample");
-  return (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
+  return {train, options.batch_size, options.shuffle, options.seed, /*prefetch=*/0};
 }
 
 // Steps (server updates) in an epoch of `batches` batches: groups of K, the last maybe partial.
@@ -123,11 +131,11 @@ std::optional<io::Progress> load_job_checkpoint(JobOptions const& options, std::
   if (options.checkpoint.empty() || !std::filesystem::exists(options.checkpoint)) return std::nullopt;
   io::TrainingState s = io::training_state(model, optimizer, state);
   io::load_checkpoint(options.checkpoint, s, [&](io::Progress const& p) {
-    if (p.batch_size != options.batch_size || p.seed != options.seed)
-      throw ConfigError(strata::detail::message(options.checkpoint.string(), ": written by a job of batch size ",
-                                                p.batch_size, " and seed ", p.seed, ", but this job has ",
-                                                options.batch_size, " and ", options.seed,
-                                                "; run with those, or remove the checkpoint to start afresh"));
+    if (p.batch_size != options.batch_size || p.seed != options.seed || p.steps_per_epoch != options.steps_per_epoch)
+      throw ConfigError(strata::detail::message(
+          options.checkpoint.string(), ": written by a job of batch size ", p.batch_size, ", seed ", p.seed,
+          " and steps_per_epoch ", p.steps_per_epoch, ", but this job has ", options.batch_size, ", ", options.seed,
+          " and ", options.steps_per_epoch, "; run with those, or remove the checkpoint to start afresh"));
     if (steps_per_epoch && p.step != p.epoch * *steps_per_epoch)
       throw ConfigError(strata::detail::message(
           options.checkpoint.string(), ": holds ", p.step, " steps after ", p.epoch, " epochs, but an epoch of this job "
@@ -168,8 +176,8 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
   if (spec.role != Role::worker) throw ConfigError(strata::detail::message("ps::run_worker: this task is ", name(spec.role)));
   Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
   std::uint64_t const job = partition.fingerprint();
-  auto const batches = detail::job_batches(train, options);
-  std::int64_t const per_epoch = batches.batches_per_epoch();
+  auto const input = detail::job_input(train, options);
+  std::int64_t const per_epoch = strategy::steps_in_epoch(options.steps_per_epoch, input.batches_per_pass());
   std::int64_t const steps_per_epoch = detail::job_steps_per_epoch(per_epoch, options);
   int const k = options.accumulation_steps;
   zmq::context_t context(1);
@@ -195,9 +203,9 @@ void run_worker(ClusterSpec const& spec, Model const& initial, LossFn const& los
       // Step `step` is group `step % steps_per_epoch` of K batches of its epoch.
       std::int64_t const epoch = step / steps_per_epoch, first = (step % steps_per_epoch) * k;
       std::int64_t const count = std::min<std::int64_t>(k, per_epoch - first);
-      auto stream = batches.stream(epoch, first);
-      std::vector<OwnedBatch> owned;  // a stream's batch is valid until its next one
-      for (std::int64_t m = 0; m < count; ++m) owned.emplace_back(*stream->next());
+      strategy::EpochStream stream(input, options.steps_per_epoch, epoch, first);
+      std::vector<OwnedBatch> owned;  // a stream's batch is valid until the second one after it
+      for (std::int64_t m = 0; m < count; ++m) owned.emplace_back(*stream.next()->batch);
       std::vector<data::Batch> group;
       for (OwnedBatch const& b : owned) group.push_back(b.view());
       StepResult const result = worker.train_on_batches(group, step, epoch * per_epoch + first);
@@ -236,7 +244,11 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
     throw ConfigError(strata::detail::message("ps job: staleness ", options.staleness, " must be >= 0 (0: synchronous)"));
   Partition const partition(Model::parameter_tensors(), int(spec.servers.size()), options.partition);
   std::uint64_t const job = partition.fingerprint();
-  std::int64_t const per_epoch = detail::job_batches(train, options).batches_per_epoch();
+  if (options.validation_freq < 1)
+    throw ConfigError(strata::detail::message("ps job: validation_freq ", options.validation_freq,
+                                              " must be >= 1 (1: validate after every epoch)"));
+  std::int64_t const per_epoch =
+      strategy::steps_in_epoch(options.steps_per_epoch, detail::job_input(train, options).batches_per_pass());
   std::int64_t const steps_per_epoch = detail::job_steps_per_epoch(per_epoch, options);
   auto say = [&](std::string const& what) {
     if (events) events(what);
@@ -305,6 +317,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
     progress.micro_batches = std::int64_t(epochs_done) * per_epoch;
     progress.seed = options.seed;
     progress.batch_size = options.batch_size;
+    progress.steps_per_epoch = options.steps_per_epoch;
     progress.history = history.to_map();
     io::save_checkpoint(options.checkpoint, evaluated, optimizer, state, progress);
   };
@@ -400,7 +413,7 @@ train::History run_chief(ClusterSpec const& spec, Model const& initial, Opt cons
       if constexpr (LossFn::reports_accuracy) logs.accuracy = double(total.correct) / double(std::max<std::int64_t>(total.samples, 1));
       reader.pull();  // every step of the epoch is applied: the servers' weights after it
       evaluated = reader.model();
-      if (validation && spec.evaluators.empty()) {
+      if (validation && spec.evaluators.empty() && train::validates_after(epoch, options.validation_freq)) {
         auto const e = detail::JobEvaluation<Compute>{}.evaluate(evaluated, loss, *validation, 256);
         logs.val_loss = e.loss;
         logs.val_accuracy = e.accuracy;

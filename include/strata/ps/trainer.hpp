@@ -42,6 +42,7 @@
 #include "strata/profile/memory.hpp"
 #include "strata/profile/run_profile.hpp"
 #include "strata/ps/local_cluster.hpp"
+#include "strata/strategy/epoch_input.hpp"
 #include "strata/train/callback.hpp"
 #include "strata/train/logs.hpp"
 #include "strata/train/trainer.hpp"
@@ -94,8 +95,8 @@ class BasicTrainer<Config> {
     check_fit_options(options);
     check_dataset<Model>(loss, train, "fit: the training dataset");
     if (options.validation) check_dataset<Model>(loss, *options.validation, "fit: the validation dataset");
-    auto const batches = (options.shuffle ? train.shuffle(options.seed) : train).batch(options.batch_size);
-    std::int64_t const per_epoch = batches.batches_per_epoch();
+    strategy::SharedInput const input(train, options.batch_size, options.shuffle, options.seed, options.prefetch);
+    std::int64_t const per_epoch = strategy::steps_in_epoch(options.steps_per_epoch, input.batches_per_pass());
     // Each step, one server update, is a group of `accumulation` batches (GradAccum<K>),
     // trained by one worker.
     std::int64_t const steps_per_epoch = (per_epoch + accumulation - 1) / accumulation;
@@ -125,7 +126,8 @@ class BasicTrainer<Config> {
     state.config = Config::describe();
     state.progress.seed = options.seed;
     state.progress.batch_size = options.batch_size;
-    hooks.train_begin({options.epochs, per_epoch, options.batch_size, workers, 1, 0, 1}, state, callbacks...);
+    state.progress.steps_per_epoch = options.steps_per_epoch;
+    hooks.train_begin(train_begin_info(options, input.batches_per_pass(), workers, 1, 0, 1), state, callbacks...);
     io::Progress const start = state.progress;  // a restored run continues from here (an epoch's end)
     // Steps are numbered epoch * steps_per_epoch + group, and a server ignores the numbers
     // below the restored count as applied: a checkpoint whose count is not its epochs' steps
@@ -153,7 +155,7 @@ class BasicTrainer<Config> {
     for (int epoch = int(start.epoch); epoch < options.epochs && !stop; ++epoch) {
       hooks.epoch_begin(epoch, callbacks...);
       auto const started = std::chrono::steady_clock::now();
-      auto stream = batches.stream(epoch);
+      strategy::EpochStream stream(input, options.steps_per_epoch, epoch, 0);
       std::vector<ps::RemoteValue<ps::StepResult>> results;  // one per step: a group of up to K batches
       results.reserve(std::size_t(steps_per_epoch));
       Tally tally;
@@ -179,7 +181,8 @@ class BasicTrainer<Config> {
       auto group = std::make_shared<std::vector<ps::OwnedBatch>>();
       auto fetch_begin = stamp();
       while (!stop) {
-        data::Batch const* batch = stream->next();
+        strategy::StepBatch const* next = stream.next();
+        data::Batch const* batch = next ? next->batch : nullptr;  // its index: its step in the epoch
         if (batch) group->emplace_back(*batch);
         if (group->empty() || (batch && int(group->size()) < accumulation)) {
           if (!batch) break;
@@ -208,7 +211,7 @@ class BasicTrainer<Config> {
       cluster.gather(model.parameters(), optimizer_state);
       mark(profile::Phase::schedule, gathered, step);
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
-      if (options.validation) {
+      if (options.validation && validates_after(epoch, options.validation_freq)) {
         auto const validation_begin = stamp();
         Evaluation const v = evaluate(model, loss, *options.validation, options.batch_size);
         mark(profile::Phase::validation, validation_begin, step);

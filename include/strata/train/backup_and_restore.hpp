@@ -39,10 +39,12 @@ struct BackupAndRestore {
     io::Progress const run = state.progress;
     last_step = -1;
     restored = manager->restore(state, [&](io::Progress const& saved) {
-      if (saved.seed != run.seed || saved.batch_size != run.batch_size)
+      // Each of these places the restored position elsewhere in the data.
+      if (saved.seed != run.seed || saved.batch_size != run.batch_size || saved.steps_per_epoch != run.steps_per_epoch)
         throw ConfigError(strata::detail::message(
             "BackupAndRestore: the backup in ", directory.string(), " was written by a run with seed ", saved.seed,
-            " and batch_size ", saved.batch_size, "; this run has seed ", run.seed, " and batch_size ", run.batch_size,
+            ", batch_size ", saved.batch_size, " and steps_per_epoch ", saved.steps_per_epoch, "; this run has seed ",
+            run.seed, ", batch_size ", run.batch_size, " and steps_per_epoch ", run.steps_per_epoch,
             ". Resume with the same FitOptions, or delete the directory to start over"));
     });
     if (restored) last_step = state.progress.step;

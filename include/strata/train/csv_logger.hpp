@@ -5,9 +5,11 @@
 #include <fstream>
 #include <iomanip>
 #include <string>
+#include <vector>
 
 #include "strata/core/error.hpp"
 #include "strata/train/logs.hpp"
+#include "strata/train/monitor.hpp"
 
 namespace strata::train {
 
@@ -17,6 +19,7 @@ class CsvLogger {
 
   void on_train_begin(TrainBegin const& info) {
     chief_ = info.chief();  // only the chief of a job writes the file
+    validates_ = info.validation_freq > 0;
     if (!chief_) return;
     bool const had_rows = append_ && std::filesystem::exists(path_) && std::filesystem::file_size(path_) > 0;
     file_.open(path_, append_ ? std::ios::app : std::ios::trunc);
@@ -26,7 +29,13 @@ class CsvLogger {
 
   void on_epoch_end(EpochLogs const& logs) {
     if (!chief_) return;
-    auto const names = logs.names();
+    // The same columns every epoch: a run validating every few epochs (validation_freq) has
+    // its val_* columns from the first row on, "NA" (as Keras writes) where it did not validate.
+    std::vector<std::string> names;
+    for (auto const& n : logs.names())
+      if (!is_validation_metric(n)) names.push_back(n);
+    if (validates_)
+      for (std::size_t i = 0, train = names.size(); i < train; ++i) names.push_back("val_" + names[i]);
     if (!header_written_) {
       file_ << "epoch";
       for (auto const& n : names) file_ << ',' << n;
@@ -34,7 +43,10 @@ class CsvLogger {
       header_written_ = true;
     }
     file_ << logs.epoch << std::setprecision(9);
-    for (auto const& n : names) file_ << ',' << *logs.get(n);
+    for (auto const& n : names) {
+      if (auto const value = logs.get(n)) file_ << ',' << *value;
+      else file_ << ",NA";
+    }
     file_ << '\n' << std::flush;
     if (!file_) throw IoError(strata::detail::message(path_.string(), ": CsvLogger failed to write epoch ", logs.epoch));
   }
@@ -47,6 +59,7 @@ class CsvLogger {
   std::ofstream file_;
   bool header_written_ = false;
   bool chief_ = true;
+  bool validates_ = false;
 };
 
 }  // namespace strata::train

@@ -38,7 +38,8 @@ struct EarlyStopping {
   int best_epoch = -1;
   int stopped_epoch = -1;
   int restored_epoch = -1;
-  int wait = 0;
+  int wait = 0;              // epochs measured without improvement (after validated ones only, for val_*)
+  int validation_freq = 0;   // the run's (TrainBegin), set by on_train_begin
   // With restore_best_weights: the weights at the end of best_epoch, every tensor in turn (as
   // Keras' best_weights); empty when they are not known (see on_train_begin).
   std::vector<float> best_weights{};
@@ -51,16 +52,18 @@ struct EarlyStopping {
     io::TrainingState none;
     on_train_begin(info, none);
   }
-  void on_train_begin(TrainBegin const&, io::TrainingState& state) {
+  void on_train_begin(TrainBegin const& info, io::TrainingState& state) {
     if (patience < 0) throw ConfigError(strata::detail::message("EarlyStopping: patience ", patience, " must be >= 0"));
     best = std::numeric_limits<double>::quiet_NaN();
     best_epoch = stopped_epoch = restored_epoch = -1;
     wait = 0;
     best_weights.clear();
-    int epochs = 0;
+    validation_freq = info.validation_freq;
     if (auto const it = state.progress.history.find(monitor); it != state.progress.history.end())
-      for (double value : it->second) observe(value, epochs++);
+      for (std::size_t i = 0; i < it->second.size(); ++i)
+        observe(it->second[i], monitored_epoch(i, monitor, validation_freq));
     if (!restore_best_weights || best_epoch < 0) return;
+    int const epochs = int(state.progress.epoch);  // completed, when restored at an epoch's end (batch 0)
     auto const saved = state.restored_kept.find(kept_name());
     if (saved != state.restored_kept.end() && saved->second.size() == floats_of(state)) {
       best_weights = std::move(saved->second);
@@ -76,7 +79,9 @@ struct EarlyStopping {
     return on_epoch_end(logs, none);
   }
   bool on_epoch_end(EpochLogs const& logs, io::TrainingState& state) {
-    Observed const seen = observe(monitored_value(logs, monitor, "EarlyStopping"), logs.epoch);
+    auto const value = monitored_value(logs, monitor, validation_freq, "EarlyStopping");
+    if (!value) return false;  // not measured after this epoch: patience counts the epochs that are
+    Observed const seen = observe(*value, logs.epoch);
     if (seen.improved && restore_best_weights) keep(state);
     if (seen.out_of_patience) stopped_epoch = logs.epoch;
     return seen.out_of_patience;

@@ -14,14 +14,21 @@
 namespace strata::train {
 
 // Handed to on_train_begin.
+// Whether a run validating after every `validation_freq`-th epoch (0: never) validates after
+// epoch `epoch` (0-based), as Keras' validation_freq: epochs freq - 1, 2 freq - 1, ...
+[[nodiscard]] inline bool validates_after(std::int64_t epoch, int validation_freq) {
+  return validation_freq > 0 && (epoch + 1) % validation_freq == 0;
+}
+
 struct TrainBegin {
   int epochs = 0;
-  std::int64_t steps_per_epoch = 0;  // global batches per epoch
+  std::int64_t steps_per_epoch = 0;  // global batches per epoch (one pass, or FitOptions::steps_per_epoch)
   int batch_size = 0;                // global batch size
   int num_replicas = 0;              // replicas in sync across the whole job
   int accumulation_steps = 0;
   int worker = 0;   // this process among the job's (MultiWorkerMirrored); 0 is the chief
   int workers = 1;
+  int validation_freq = 0;  // the run validates after every this-many-th epoch; 0: it has no validation
   // Side effects (drawing, logging, writing checkpoints) are the chief's alone.
   [[nodiscard]] bool chief() const { return worker == 0; }
 };

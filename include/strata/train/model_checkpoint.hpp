@@ -37,6 +37,7 @@ struct ModelCheckpoint {
   std::optional<io::CheckpointManager> manager{};
   std::int64_t last_step = -1;
   bool writer = true;  // the chief of a job; the other workers write nothing
+  int validation_freq = 0;  // the run's (TrainBegin)
 
   void on_train_begin(TrainBegin const& info, io::TrainingState const& state) {
     writer = info.chief();
@@ -49,6 +50,7 @@ struct ModelCheckpoint {
     last_step = -1;
     // A resumed run (BackupAndRestore listed before this callback) carries the history of
     // its completed epochs: the best so far is the one to beat.
+    validation_freq = info.validation_freq;
     if (auto const it = state.progress.history.find(monitor); save_best_only && it != state.progress.history.end())
       for (double value : it->second)
         if (improves(value, best, monitor, mode)) best = value;
@@ -61,9 +63,9 @@ struct ModelCheckpoint {
   void on_epoch_end(EpochLogs const& logs, io::TrainingState const& state) {
     if (every_steps > 0 || !writer) return;
     if (save_best_only) {
-      double const value = monitored_value(logs, monitor, "ModelCheckpoint");
-      if (!improves(value, best, monitor, mode)) return;
-      best = value;
+      auto const value = monitored_value(logs, monitor, validation_freq, "ModelCheckpoint");
+      if (!value || !improves(*value, best, monitor, mode)) return;  // unmeasured after this epoch, or no better
+      best = *value;
     }
     save(state);
   }

@@ -46,6 +46,10 @@ struct FitOptions {
   int prefetch = 1;                           // shuffled batches gathered ahead on a background thread
   float clip_global_norm = 0.0f;              // > 0: clip the reduced gradient to this global L2 norm
   profile::StepWindow profile_steps{};        // the steps whose spans on_profile receives (default: all; .every: repeating)
+  // > 0: an epoch is this many steps of pass after pass over the data, each reshuffled (Keras'
+  // steps_per_epoch on a repeated dataset); 0: an epoch is one pass.
+  std::int64_t steps_per_epoch = 0;
+  int validation_freq = 1;                    // validate after every this-many-th epoch (Keras' validation_freq)
 };
 
 // What every trainer (train::BasicTrainer, and ps/trainer.hpp's) checks and reports alike.
@@ -54,6 +58,28 @@ inline void check_fit_options(FitOptions const& options) {
   if (options.batch_size < 1)
     throw ConfigError(strata::detail::message("fit: batch_size ", options.batch_size, " must be >= 1"));
   options.profile_steps.check("fit: profile_steps");
+  if (options.steps_per_epoch < 0)
+    throw ConfigError(strata::detail::message("fit: steps_per_epoch ", options.steps_per_epoch,
+                                              " must be >= 0 (0: an epoch is one pass over the data)"));
+  if (options.validation_freq < 1)
+    throw ConfigError(strata::detail::message("fit: validation_freq ", options.validation_freq,
+                                              " must be >= 1 (1: validate after every epoch)"));
+  if (options.validation_freq != 1 && !options.validation)
+    throw ConfigError(strata::detail::message("fit: validation_freq ", options.validation_freq,
+                                              " without FitOptions::validation; give the validation dataset"));
+}
+
+// What the callbacks learn at on_train_begin (`batches_per_pass`: the input's).
+[[nodiscard]] inline TrainBegin train_begin_info(FitOptions const& options, std::int64_t batches_per_pass,
+                                                 int num_replicas, int accumulation_steps, int worker, int workers) {
+  return {options.epochs,
+          strategy::steps_in_epoch(options.steps_per_epoch, batches_per_pass),
+          options.batch_size,
+          num_replicas,
+          accumulation_steps,
+          worker,
+          workers,
+          options.validation ? options.validation_freq : 0};
 }
 
 template <class Model, class LossFn>
@@ -160,13 +186,10 @@ class BasicTrainer {
     state.progress.seed = options.seed;
     state.progress.batch_size = options.batch_size;
     state.progress.loss_scale = runner.loss_scale();
-    TrainBegin const begin{options.epochs,
-                           input.batches_per_epoch(),
-                           options.batch_size,
-                           num_replicas_in_sync(),
-                           Config::accumulation_steps,
-                           strategy_.processes().process(),
-                           strategy_.processes().processes()};
+    state.progress.steps_per_epoch = options.steps_per_epoch;
+    TrainBegin const begin = train_begin_info(options, input.batches_per_pass(), num_replicas_in_sync(),
+                                              Config::accumulation_steps, strategy_.processes().process(),
+                                              strategy_.processes().processes());
     strategy_.agree([&] {
       hooks.train_begin(begin, state, callbacks...);
       return false;
@@ -188,7 +211,7 @@ class BasicTrainer {
       auto const started = std::chrono::steady_clock::now();
       // Two batches held at once: the runner is handed the next one too (a device copies it
       // while this one computes).
-      strategy::EpochStream stream = input.epoch(epoch, resumed ? start.batch : 0);
+      strategy::EpochStream stream(input, options.steps_per_epoch, epoch, resumed ? start.batch : 0);
       // This process's shards of the epoch so far, and the whole job's (what the logs show
       // and the state saves). A restored run's saved figures are the job's: the chief alone
       // continues from them, so that they count once whatever the number of workers now.
@@ -226,7 +249,7 @@ class BasicTrainer {
       runner.flush();
       runner.sync_to_host();  // validation and the epoch's callbacks read the host weights
       EpochLogs epoch_logs{epoch, options.epochs, logs.step, 0.0, logs.loss, logs.accuracy, std::nullopt, std::nullopt};
-      if (validator) {
+      if (validator && validates_after(epoch, options.validation_freq)) {
         auto const validation_begin = probe.now();
         Evaluation const v = validator->evaluate(loss, *options.validation);
         probe.record(-1, profile::Phase::validation, validation_begin, probe.now());
