@@ -337,72 +337,72 @@ struct Accumulating {
   using trainer = Trainer<Strategy, Policies...>;
   using reference = Trainer<OneDevice, Policies...>;
 };
+
+// The progress a checkpoint would save at each epoch's end, and the batches reported.
+struct EpochEnds {
+  std::vector<std::int64_t> optimizer, micro;
+  std::int64_t batches = 0;
+  std::int64_t announced = 0;  // TrainBegin::steps_per_epoch
+  void on_train_begin(TrainBegin const& info) { announced = info.steps_per_epoch; }
+  void on_batch_end(BatchLogs const&) { ++batches; }
+  void on_epoch_end(EpochLogs const&, io::TrainingState const& state) {
+    optimizer.push_back(state.progress.step);
+    micro.push_back(state.progress.micro_batches);
+  }
+};
+
+struct AgainstOneDevice {
+  History trained, expected;
+  EpochEnds ends;
+};
+
+// A dropout model trained with Adam by T::trainer under S = 0 and by T::reference
+// (OneDevice), with `options`: the same weights, bit for bit, and the same losses.
+template <class T>
+AgainstOneDevice train_against_one_device(FitOptions const& options) {
+  using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
+  Adam const adam{.lr = 1e-3f};
+  auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
+  AgainstOneDevice out;
+  Dropping reference = make();
+  out.expected = typename T::reference{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
+  Dropping trained = make();
+  typename T::trainer trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
+  out.trained = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options, out.ends);
+  auto const a = reference.parameters(), b = trained.parameters();
+  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+  CHECK(out.trained["loss"] == out.expected["loss"]);
+  CHECK(out.trained["accuracy"] == out.expected["accuracy"]);
+  return out;
+}
+
 TEST_CASE_TEMPLATE("Trainer<ParameterServer, GradAccum<K>> with S = 0 trains what OneDevice trains with GradAccum<K>", T,
                    Accumulating<ParameterServer<1, 1>, GradAccum<4>>, Accumulating<ParameterServer<2, 2>, GradAccum<4>>,
                    Accumulating<ParameterServer<3, 2>, GradAccum<2>, MixedPrecision>,
                    Accumulating<ParameterServer<2, 1>, GradAccum<21>>) {
-  using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
-  Adam const adam{.lr = 1e-3f};
-  FitOptions const options{.epochs = 2, .batch_size = 30, .seed = 5, .clip_global_norm = 0.5f};
-  auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
-  Dropping reference = make();
-  auto const expected = typename T::reference{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
-
-  struct Steps {  // the progress a checkpoint would save at each epoch's end
-    std::vector<std::int64_t> optimizer, micro;
-    std::int64_t batches = 0;
-    void on_batch_end(BatchLogs const&) { ++batches; }
-    void on_epoch_end(EpochLogs const&, io::TrainingState const& state) {
-      optimizer.push_back(state.progress.step);
-      micro.push_back(state.progress.micro_batches);
-    }
-  } steps;
-  Dropping trained = make();
-  typename T::trainer trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
-  auto const history = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options, steps);
-  auto const a = reference.parameters(), b = trained.parameters();
-  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
-  CHECK(history["loss"] == expected["loss"]);
-  CHECK(history["accuracy"] == expected["accuracy"]);
+  auto const run = train_against_one_device<T>({.epochs = 2, .batch_size = 30, .seed = 5, .clip_global_norm = 0.5f});
   constexpr std::int64_t k = T::trainer::config::accumulation_steps, groups = (21 + k - 1) / k;
-  CHECK(steps.batches == 42);  // every batch reported
-  CHECK(steps.optimizer == std::vector<std::int64_t>{groups, 2 * groups});
-  CHECK(steps.micro == std::vector<std::int64_t>{21, 42});
+  CHECK(run.ends.batches == 42);  // every batch reported
+  CHECK(run.ends.optimizer == std::vector<std::int64_t>{groups, 2 * groups});
+  CHECK(run.ends.micro == std::vector<std::int64_t>{21, 42});
 }
 
 // 610 samples at 30: passes of 21 batches; epochs of 8 steps cross them, and under
 // GradAccum<3> an epoch's last group is partial (8 = 3 + 3 + 2), as on OneDevice.
 TEST_CASE_TEMPLATE("Trainer<ParameterServer> with steps_per_epoch and validation_freq trains and validates what OneDevice does",
                    T, Accumulating<ParameterServer<2, 1>>, Accumulating<ParameterServer<2, 2>, GradAccum<3>>) {
-  using Dropping = Sequential<Dense<784, 32>, Relu, Dropout, Dense<32, 10>>;
-  Adam const adam{.lr = 1e-3f};
-  FitOptions const options{.epochs = 6, .batch_size = 30, .validation = fashion().take(60), .seed = 5,
-                           .steps_per_epoch = 8, .validation_freq = 3};
-  auto make = [] { return Dropping(42, {}, {}, Dropout{0.2f}, {}); };
-  Dropping reference = make();
-  auto const expected = typename T::reference{}.fit(reference, adam, SoftmaxCrossEntropy{}, fashion(), options);
-  struct Steps {
-    std::vector<std::int64_t> optimizer;
-    std::int64_t batches = 0;
-    std::int64_t announced = 0;
-    void on_train_begin(TrainBegin const& info) { announced = info.steps_per_epoch; }
-    void on_batch_end(BatchLogs const&) { ++batches; }
-    void on_epoch_end(EpochLogs const&, io::TrainingState const& state) { optimizer.push_back(state.progress.step); }
-  } steps;
-  Dropping trained = make();
-  typename T::trainer trainer({.staleness = 0, .partition = {.min_shard_bytes = 4096}});
-  auto const history = trainer.fit(trained, adam, SoftmaxCrossEntropy{}, fashion(), options, steps);
-  auto const a = reference.parameters(), b = trained.parameters();
-  CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
-  CHECK(history["loss"] == expected["loss"]);
+  auto const run = train_against_one_device<T>({.epochs = 6, .batch_size = 30, .validation = fashion().take(60),
+                                                .seed = 5, .steps_per_epoch = 8, .validation_freq = 3});
+  History const& history = run.trained;
   REQUIRE(history["val_loss"].size() == 2);  // after epochs 2 and 5
-  REQUIRE(expected["val_loss"].size() == 2);
+  REQUIRE(run.expected["val_loss"].size() == 2);
   for (std::size_t i = 0; i < 2; ++i)  // evaluated on Mirrored<Workers>: sums in another order
-    CHECK(history["val_loss"][i] == doctest::Approx(expected["val_loss"][i]).epsilon(1e-6));
+    CHECK(history["val_loss"][i] == doctest::Approx(run.expected["val_loss"][i]).epsilon(1e-6));
   constexpr std::int64_t k = T::trainer::config::accumulation_steps, groups = (8 + k - 1) / k;
-  CHECK(steps.announced == 8);
-  CHECK(steps.batches == 48);
-  CHECK(steps.optimizer == std::vector<std::int64_t>{groups, 2 * groups, 3 * groups, 4 * groups, 5 * groups, 6 * groups});
+  CHECK(run.ends.announced == 8);
+  CHECK(run.ends.batches == 48);
+  CHECK(run.ends.optimizer == std::vector<std::int64_t>{groups, 2 * groups, 3 * groups, 4 * groups, 5 * groups, 6 * groups});
+  CHECK(run.ends.micro == std::vector<std::int64_t>{8, 16, 24, 32, 40, 48});
 }
 
 // A server takes the steps numbered below a restored count as applied, so a backup written
