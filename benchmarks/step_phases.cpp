@@ -57,11 +57,11 @@ class Phases {
     report("repeat", seconds_since(begin), steps);
   }
 
-  // Steps over one epoch of the input fit reads (strategy/epoch_input.hpp), looking one
+  // Steps over one pass of the input fit reads (strategy/epoch_input.hpp), looking one
   // batch ahead as fit does.
   void epoch(int number) {
     strata::strategy::SharedInput const input(training_set(), batch_size, /*shuffle=*/true, /*seed=*/7, /*prefetch=*/1);
-    auto stream = input.epoch(number, 0);
+    auto stream = input.pass(number, 0);
     int steps = 0;
     auto const begin = Clock::now();
     for (strata::strategy::StepBatch const *step = stream.next(), *next = nullptr; step; step = next) {
