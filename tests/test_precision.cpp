@@ -181,6 +181,14 @@ struct DeclaredSelecting : L {
   static constexpr bool selects_values = Selects;
 };
 
+// L, with its backward always through L::backward (a deleted member of the same name hides
+// L's backward_in_place, so nn::backward_in_place is false).
+template <class L>
+struct NotInPlace : L {
+  template <class T>
+  static void backward_in_place(T const*, float*, std::size_t) = delete;
+};
+
 // The logits and the weight gradients of `model` with `weights` rounded to T, under a pass in
 // T over 600 samples (three chunks, the last one partial), from a fixed d(loss)/d(logits).
 template <class T, class Model>
@@ -247,6 +255,24 @@ TEST_CASE_TEMPLATE("skipping the rounding of a Relu's outputs changes no bit", T
   auto const claiming = logits_and_gradients<T>(Claiming(5), honest_model.parameters());
   CHECK(!same_bits(honest.first, claiming.first));
   CHECK(!same_bits(honest.second, claiming.second));
+}
+
+// A Relu's backward in place (nn::backward_in_place: the kept output read where it is, dx
+// written over dy) against its backward through buffers of their own, bit for bit: in the
+// middle, twice in a row, and last (the logits, kept in float).
+TEST_CASE_TEMPLATE("a Relu's backward in place changes no bit", T, float, bf16, fp16) {
+  using Plain = NotInPlace<Relu>;
+  static_assert(nn::backward_in_place<Relu, T> && !nn::backward_in_place<Plain, T>);
+  using InPlace = Sequential<Dense<784, 48>, Relu, Relu, Dense<48, 32>, Relu, Dense<32, 10>, Relu>;
+  using Buffered = Sequential<Dense<784, 48>, Plain, Plain, Dense<48, 32>, Plain, Dense<32, 10>, Plain>;
+  InPlace const model(5);
+  auto const in_place = logits_and_gradients<T>(model, model.parameters());
+  auto const buffered = logits_and_gradients<T>(Buffered(5), model.parameters());
+  REQUIRE(same_bits(in_place.first, buffered.first));
+  CHECK(same_bits(in_place.second, buffered.second));
+  std::size_t const zeros = std::size_t(std::count(in_place.second.begin(), in_place.second.end(), 0.0f));
+  CHECK(zeros > 0);  // the Relus cut some paths...
+  CHECK(zeros < in_place.second.size() / 2);  // ...and gradients flow through the rest
 }
 
 TEST_CASE_TEMPLATE("a 16-bit backward pass stays close to the float gradient", T, bf16, fp16) {

@@ -2,8 +2,11 @@
 // Element-wise activations: Relu, Tanh, Gelu.
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "strata/core/backend.hpp"
 #include "strata/nn/layer.hpp"
@@ -28,6 +31,16 @@ struct ActivationMath<CpuBackend> {
   static void relu_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
     by_columns(y, [&](int first, int n) {
       eigen(dx, first, n).array() = (eigen(y, first, n).array() > 0.0f).select(eigen(dy, first, n).array(), 0.0f);
+    });
+  }
+  // d = d where y > 0, in place, with y in float or as a mixed pass keeps it (16 bits): reading
+  // y where it is kept and writing over dy leaves two arrays to touch instead of four.
+  template <class T>
+  static void relu_backward_in_place(T const* y, float* d, std::size_t n) {
+    run_split_floats(n, [&](std::size_t begin, std::size_t count) {
+      float* const out = d + begin;
+      T const* const in = y + begin;
+      for (std::size_t i = 0; i < count; ++i) out[i] = to_float(in[i]) > 0.0f ? out[i] : 0.0f;
     });
   }
 
@@ -69,6 +82,12 @@ struct ActivationMath<CpuBackend> {
   template <class F>
   static void by_columns(ConstMatrixView v, F const& f) {
     run_split_columns(v.rows, v.cols, f);
+  }
+  template <class T>
+  static float to_float(T v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    else if constexpr (std::is_same_v<T, bf16>) return std::bit_cast<float>(std::uint32_t{v.bits} << 16);  // vectorizes
+    else return float(v);
   }
   static Eigen::Map<Matrix const> eigen(ConstMatrixView v, int first, int n) {
     return strata::detail::eigen(v.columns(first, n));
@@ -125,6 +144,10 @@ struct Relu : ParameterFreeLayer {
   void backward(float const*, float*, ConstMatrixView, ConstMatrixView y, Scratch, ConstMatrixView dy,
                 MatrixView dx, bool) const {
     if (dx.data != nullptr) ActivationMath<B>::relu_backward(y, dy, dx);
+  }
+  template <class T>
+  static void backward_in_place(T const* y, float* d, std::size_t n) {
+    ActivationMath<CpuBackend>::relu_backward_in_place(y, d, n);
   }
 };
 

@@ -134,6 +134,15 @@ inline constexpr bool selects_values = [] {
   else return false;
 }();
 
+// Whether a layer's backward on the host can run in place from its output alone:
+// L::backward_in_place(y, d, n) turns d = dy into d = dx over n elements, y being the layer's
+// output as float or in the 16-bit type a mixed pass keeps it in (Relu: d = d where y > 0).
+// A Sequential then neither loads y into float nor writes dx to a buffer of its own: two of
+// the three arrays an element-wise backward touches (docs/benchmarks.md, "ReLU's backward in place").
+template <class L, class T>
+inline constexpr bool backward_in_place =
+    requires(T const* y, float* d, std::size_t n) { L::template backward_in_place<T>(y, d, n); };
+
 // Columns per sample of a layer's output for `columns` per sample of its input: a layer
 // that turns a sequence of tokens into one vector (a pooler) declares L::output_columns.
 template <class L>
@@ -165,6 +174,8 @@ constexpr int output_columns_of(int columns) {
 //                                as a view whose data is null
 //   L::selects_values = true     its outputs only select among its inputs' values and zero
 //                                (above): mixed precision skips rounding them
+//   L::backward_in_place<T>(y, d, n)  its backward as d = dx from d = dy and y alone (above),
+//                                which a Sequential on the host calls instead of backward
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

@@ -329,6 +329,12 @@ class Sequential {
       float* dx = ws.gradient_b_.data();
       int const b = ws.batch_;
       chain_.for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
+        using L = std::remove_cvref_t<decltype(layer)>;
+        if constexpr (Workspace<B, T>::lean && nn::backward_in_place<L, float>) {  // dx over dy, no swap
+          if constexpr (I > 0) L::backward_in_place(ws.output(I).data, dy, ws.output(I).size());
+          layer_done(I);
+          return;
+        }
         // On the host, what the layer does not read (reads[I]) is a null view, as in mixed precision.
         ConstMatrixView in = I == 0 ? x : ConstMatrixView(ws.output(I - 1));
         ConstMatrixView y = ws.output(I);
@@ -403,8 +409,20 @@ class Sequential {
       std::copy_n(dlogits.data, dlogits.size(), dy);
       round_to<T>(dy, dlogits.size());  // the gradient enters the T graph
       chain_.for_each_layer_reversed([&]<std::size_t I>(auto const& layer) {
+        using L = std::remove_cvref_t<decltype(layer)>;
         constexpr int w = widths[I + 1];
         constexpr int c = columns[I + 1];
+        // A layer that runs in place reads its kept output where it is and writes dx over dy.
+        if constexpr (Workspace<B, T>::lean && I + 1 < layer_count && nn::backward_in_place<L, T>) {
+          static_assert(output_kept[I], "a layer whose backward runs in place from its output reads its output");
+          if constexpr (I > 0) {
+            std::size_t const count = std::size_t(w) * c * n;
+            L::backward_in_place(ws.stored_[I].data() + std::size_t(first) * w * c, dy, count);
+            round_and_keep<T, !selecting[I]>(dy, count, nullptr);
+          }
+          if (first + n >= b) layer_done(I);
+          return;
+        }
         // What the layer does not read (reads[I]) is neither loaded nor there: a null view.
         float* in = nullptr;
         if constexpr (reads[I].input) {
