@@ -2,11 +2,8 @@
 // Element-wise activations: Relu, Tanh, Gelu.
 
 #include <algorithm>
-#include <bit>
 #include <cstddef>
-#include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "strata/core/backend.hpp"
 #include "strata/nn/layer.hpp"
@@ -40,7 +37,7 @@ struct ActivationMath<CpuBackend> {
     run_split_floats(n, [&](std::size_t begin, std::size_t count) {
       float* const out = d + begin;
       T const* const in = y + begin;
-      for (std::size_t i = 0; i < count; ++i) out[i] = to_float(in[i]) > 0.0f ? out[i] : 0.0f;
+      for (std::size_t i = 0; i < count; ++i) out[i] = float(in[i]) > 0.0f ? out[i] : 0.0f;
     });
   }
 
@@ -82,12 +79,6 @@ struct ActivationMath<CpuBackend> {
   template <class F>
   static void by_columns(ConstMatrixView v, F const& f) {
     run_split_columns(v.rows, v.cols, f);
-  }
-  template <class T>
-  static float to_float(T v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else if constexpr (std::is_same_v<T, bf16>) return std::bit_cast<float>(std::uint32_t{v.bits} << 16);  // vectorizes
-    else return float(v);
   }
   static Eigen::Map<Matrix const> eigen(ConstMatrixView v, int first, int n) {
     return strata::detail::eigen(v.columns(first, n));

@@ -137,8 +137,8 @@ inline constexpr bool selects_values = [] {
 // Whether a layer's backward on the host can run in place from its output alone:
 // L::backward_in_place(y, d, n) turns d = dy into d = dx over n elements, y being the layer's
 // output as float or in the 16-bit type a mixed pass keeps it in (Relu: d = d where y > 0).
-// A Sequential then neither loads y into float nor writes dx to a buffer of its own: two of
-// the three arrays an element-wise backward touches (docs/benchmarks.md, "ReLU's backward in place").
+// A Sequential then touches only y and d, where backward touches y, dy, dx and, under mixed
+// precision, a float copy of y (docs/benchmarks.md, "ReLU's backward in place").
 template <class L, class T>
 inline constexpr bool backward_in_place =
     requires(T const* y, float* d, std::size_t n) { L::template backward_in_place<T>(y, d, n); };
