@@ -13,6 +13,8 @@
 //                                               samples (the forward and input-gradient shares are
 //                                               the 128-sample shapes above)
 //   Pack/activations_<k>/<replica samples>      the kernel packing a forward product's activations (floats)
+//   Update/<arrangement>/weight_gradient_1024/256_half   a weight gradient and the update of its
+//                                               weights, one after the other or panel by panel (below)
 // `.../threads:2`: two threads at once, each with its own factors, as Mirrored<2>'s replicas.
 // The product names follow Dense: forward y = W x, weight gradient dW = dy x^T, input
 // gradient dx = W^T dy. Needs a CPU with AVX512_BF16 (else every benchmark says skipped).
@@ -21,8 +23,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <immintrin.h>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -147,6 +154,114 @@ void pack_activations(benchmark::State& state, int k) {
 }
 BENCHMARK_CAPTURE(pack_activations, 784, 784)->Name("Pack/activations_784/128")->UseRealTime();
 BENCHMARK_CAPTURE(pack_activations, 1024, 1024)->Name("Pack/activations_1024/128")->UseRealTime();
+
+// Whether the update could hide inside the weight-gradient product (measured for issue 22;
+// the step does not do this): OneDevice's share of Dense<1024, 1024>'s weight gradient on one
+// of two intra-op threads (half the columns, 256 samples: dy packed by the product, the kept
+// bf16 activations read transposed), and the update of those weights as the step's update
+// runs it: SGD with momentum from the gradient times 1/256, then the refresh of the weights'
+// bf16 and packed copies (train/replica_pass.hpp), 2,048 floats at a time.
+//   Update/after_product   the whole product into the gradient, then the update (the step today)
+//   Update/per_panel       each 8-column panel of the product, then at once the update of its
+//                          8,192 weights, while their gradient is still in the caches
+//   Update/per_panel_prefetched  the same, the product run one 32 x 8 tile at a time, each
+//                          tile followed by prefetches (into L2) of 1/32 of the weights and
+//                          velocity its panel's update reads
+//   Update/product_only, Update/update_only   the two halves of after_product alone
+// Four sets of everything (weights, velocity, gradient, copies, factors: 17 MiB a set, in
+// huge pages as the trainer's arrays) are cycled through, so the update reads memory as in
+// a step whose other layers run between two updates of these weights.
+enum class UpdateMode { after_product, per_panel, per_panel_prefetched, product_only, update_only };
+
+void weight_gradient_update(benchmark::State& state, UpdateMode mode) {
+  namespace gemm = strata::bf16_gemm;
+  if (!gemm::available()) {
+    state.SkipWithError("skipped: no AVX512_BF16");
+    return;
+  }
+  constexpr int m = 1024, n = 512, k = 256, sets = 4;
+  constexpr std::size_t size = std::size_t(m) * n, chunk = 2048;
+  strata::optim::Sgd const sgd{0.01f, 0.9f};
+  struct Set {
+    strata::AlignedBuffer weights{size}, gradient{size}, dy{std::size_t(m) * k};
+    strata::AlignedArray<strata::bf16> x{std::size_t(n) * k};
+    strata::optim::Sgd::State velocity;
+    std::optional<strata::train::ReplicaWeights<strata::policy::Cpu, strata::bf16>> copies;
+  };
+  std::vector<strata::nn::ParameterTensor> const tensors{
+      {"kernel", {n, m}, 0, true, strata::nn::ParameterTensor::TransposedReads::for_input_gradient}};
+  std::vector<Set> all(sets);
+  for (Set& s : all) {
+    std::fill_n(s.weights.data(), size, 0.01f);
+    std::fill_n(s.dy.data(), s.dy.size(), 0.5f);
+    std::fill_n(s.x.data(), s.x.size(), strata::bf16(0.25f));
+    s.velocity = sgd.make_state(size);
+    s.copies.emplace(std::span<float const>(s.weights.data(), size), 1, tensors);
+  }
+  auto const rule = sgd.rule({1, 1.0f, true});
+  auto update = [&](Set& s, std::size_t begin, std::size_t end) {
+    for (std::size_t at = begin; at < end; at += chunk) {
+      std::size_t const count = std::min(chunk, end - at);
+      strata::optim::apply_rule(rule, std::span<float>(s.weights.data() + at, count),
+                                strata::optim::SummedGradient{s.gradient.data() + at, nullptr, 1.0f / 256},
+                                s.velocity, at);
+      s.copies->refresh(at, at + count);
+    }
+  };
+  strata::AlignedArray<strata::bf16> packed_dy(gemm::packed_a_size(m, k)), packed_x(gemm::packed_b_size(k, n));
+  constexpr std::size_t lines_per_tile = std::size_t(gemm::panel_rows) * gemm::panel_columns / 16;  // of 16 floats
+  int next = 0;
+  for (auto _ : state) {
+    Set& s = all[std::size_t(next)];
+    next = (next + 1) % sets;
+    if (mode == UpdateMode::update_only) {
+      update(s, 0, size);
+      continue;
+    }
+    gemm::pack_a(packed_dy.data(), gemm::Factor<float>{s.dy.data(), m, false}, m, k);
+    gemm::ColumnPairs const columns =
+        gemm::columns_of(gemm::Factor<strata::bf16>{s.x.data(), n, true}, k, n, packed_x.data());
+    if (mode == UpdateMode::after_product || mode == UpdateMode::product_only) {
+      gemm::multiply(packed_dy.data(), columns, m, n, k, 1.0f, 0.0f, s.gradient.data(), m);
+      if (mode == UpdateMode::after_product) update(s, 0, size);
+      continue;
+    }
+    for (int j0 = 0; j0 < n; j0 += gemm::panel_columns) {
+      gemm::ColumnPairs const panel{columns.data + gemm::pair_offset(gemm::panel_columns, k, j0, 0), true, 0};
+      std::size_t const first = std::size_t(j0) * m;
+      float* const c = s.gradient.data() + first;
+      if (mode == UpdateMode::per_panel) {
+        gemm::multiply(packed_dy.data(), panel, m, gemm::panel_columns, k, 1.0f, 0.0f, c, m);
+      } else {
+        for (int i0 = 0; i0 < m; i0 += gemm::panel_rows) {
+          gemm::multiply(packed_dy.data() + gemm::pair_offset(gemm::panel_rows, k, i0, 0), panel, gemm::panel_rows,
+                         gemm::panel_columns, k, 1.0f, 0.0f, c + i0, m);
+          std::size_t const tile = first + std::size_t(i0 / gemm::panel_rows) * lines_per_tile * 16;
+          for (std::size_t l = 0; l < lines_per_tile; ++l) {
+            _mm_prefetch(reinterpret_cast<char const*>(s.weights.data() + tile + 16 * l), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<char const*>(s.velocity.velocity.data() + tile + 16 * l), _MM_HINT_T1);
+          }
+        }
+      }
+      update(s, first, first + std::size_t(gemm::panel_columns) * m);
+    }
+  }
+  benchmark::DoNotOptimize(all.front().weights.data());
+  if (mode != UpdateMode::update_only)
+    state.counters["FLOP"] = benchmark::Counter(2.0 * m * k * n, benchmark::Counter::kIsIterationInvariantRate);
+}
+void register_update_benchmarks() {
+  using enum UpdateMode;
+  for (auto const& [name, mode] : {std::pair{"after_product", after_product}, std::pair{"per_panel", per_panel},
+                                   std::pair{"per_panel_prefetched", per_panel_prefetched},
+                                   std::pair{"product_only", product_only}, std::pair{"update_only", update_only}}) {
+    std::string const full = std::string("Update/") + name + "/weight_gradient_1024/256_half";
+    benchmark::RegisterBenchmark(full.c_str(), [mode](benchmark::State& s) { weight_gradient_update(s, mode); })
+        ->UseRealTime()
+        ->ThreadRange(1, 2);
+  }
+}
+int const update_registered = (register_update_benchmarks(), 0);
 
 }  // namespace
 
