@@ -20,14 +20,16 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include <strata.hpp>
 #include <strata/io/huggingface.hpp>
 #include <strata/text.hpp>
+
+#include "command_line.hpp"
 
 namespace {
 
@@ -95,17 +97,16 @@ int main(int argc, char** argv) {
   int batch_size = 32;
   float lr = 5e-5f;
   std::string precision = "auto";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string const flag = argv[i];
-    if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
-    else if (flag == "--batch-size") batch_size = std::atoi(argv[i + 1]);
-    else if (flag == "--lr") lr = std::strtof(argv[i + 1], nullptr);
-    else if (flag == "--precision") precision = argv[i + 1];
-    else {
-      std::cerr << "unknown flag " << flag << "; use --epochs N --batch-size B --lr R --precision auto|fp32|bf16\n";
-      return 2;
-    }
-  }
+  bool const taken = examples::read_flags(argc, argv, "--epochs N --batch-size B --lr R --precision auto|fp32|bf16",
+                                          [&](std::string_view flag, examples::FlagValue value) {
+                                            if (flag == "--epochs") epochs = value.number<int>();
+                                            else if (flag == "--batch-size") batch_size = value.number<int>();
+                                            else if (flag == "--lr") lr = value.number<float>();
+                                            else if (flag == "--precision") precision = value.text();
+                                            else return false;
+                                            return true;
+                                          });
+  if (!taken) return 2;
   if (precision == "auto") precision = strata::bf16_products_available() ? "bf16" : "fp32";
   try {
     if (precision == "fp32") return fine_tune<strata::FullPrecision>(epochs, batch_size, lr);

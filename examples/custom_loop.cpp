@@ -6,16 +6,24 @@
 //
 //   custom_loop [--epochs N]
 
-#include <cstdlib>
 #include <iostream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <strata.hpp>
 
+#include "command_line.hpp"
+
 int main(int argc, char** argv) {
-  int const epochs = argc == 3 && std::string(argv[1]) == "--epochs" ? std::atoi(argv[2]) : 3;
+  int epochs = 3;
+  bool const taken = examples::read_flags(argc, argv, "--epochs N", [&](std::string_view flag, examples::FlagValue value) {
+    if (flag != "--epochs") return false;
+    epochs = value.number<int>();
+    return true;
+  });
+  if (!taken) return 2;
   auto const train = strata::data::fashion_mnist(strata::data::Split::train).take(20000);
   auto const test = strata::data::fashion_mnist(strata::data::Split::test);
 

@@ -15,16 +15,18 @@
 // is `test_accuracy=0.xxxx`.
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include <strata.hpp>
 #include <strata/tensorboard.hpp>
 #ifdef STRATA_EXAMPLE_PS
 #include <strata/ps.hpp>
 #endif
+
+#include "command_line.hpp"
 
 int main(int argc, char** argv) {
   int epochs = 5;
@@ -33,23 +35,23 @@ int main(int argc, char** argv) {
   strata::profile::StepWindow window;
   std::filesystem::path out = "monitoring";
   std::string strategy = "mirrored";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string const flag = argv[i];
-    if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
-    else if (flag == "--batch-size") batch_size = std::atoi(argv[i + 1]);
-    else if (flag == "--update-freq") update_freq = std::atoi(argv[i + 1]);
-    else if (flag == "--out") out = argv[i + 1];
-    else if (flag == "--profile-skip") window.skip = std::atoll(argv[i + 1]);
-    else if (flag == "--profile-steps") window.steps = std::atoll(argv[i + 1]);
-    else if (flag == "--profile-every") window.every = std::atoll(argv[i + 1]);
-    else if (flag == "--strategy") strategy = argv[i + 1];
-    else {
-      std::cerr << "unknown flag " << flag
-                << "; use --epochs N --batch-size B --out DIR --update-freq N --profile-skip N --profile-steps N "
-                   "--profile-every N --strategy mirrored|parameter-server\n";
-      return 2;
-    }
-  }
+  bool const taken = examples::read_flags(
+      argc, argv,
+      "--epochs N --batch-size B --out DIR --update-freq N --profile-skip N --profile-steps N --profile-every N "
+      "--strategy mirrored|parameter-server",
+      [&](std::string_view flag, examples::FlagValue value) {
+        if (flag == "--epochs") epochs = value.number<int>();
+        else if (flag == "--batch-size") batch_size = value.number<int>();
+        else if (flag == "--update-freq") update_freq = value.number<int>();
+        else if (flag == "--out") out = value.text();
+        else if (flag == "--profile-skip") window.skip = value.number<std::int64_t>();
+        else if (flag == "--profile-steps") window.steps = value.number<std::int64_t>();
+        else if (flag == "--profile-every") window.every = value.number<std::int64_t>();
+        else if (flag == "--strategy") strategy = value.text();
+        else return false;
+        return true;
+      });
+  if (!taken) return 2;
   try {
     auto const train = strata::data::fashion_mnist(strata::data::Split::train);
     auto const test = strata::data::fashion_mnist(strata::data::Split::test);

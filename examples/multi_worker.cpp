@@ -13,13 +13,15 @@
 // bf16 (Compress<bf16>, docs/multi_worker.md).
 
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <strata.hpp>
 #include <strata/multi_worker.hpp>
+
+#include "command_line.hpp"
 
 struct Options {
   int epochs = 10;
@@ -74,23 +76,25 @@ int train_and_evaluate(Options const& options) {
 int main(int argc, char** argv) {
   strata::comm::MpiEnvironment mpi(argc, argv);
   Options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string const flag = argv[i];
-    if (flag == "--epochs") options.epochs = std::atoi(argv[i + 1]);
-    else if (flag == "--batch-size") options.batch_size = std::atoi(argv[i + 1]);
-    else if (flag == "--replicas-per-process") options.replicas_per_process = std::atoi(argv[i + 1]);
-    else if (flag == "--backup") options.backup = argv[i + 1];
-    else if (flag == "--timeout") options.timeout_seconds = std::atoi(argv[i + 1]);
-    else if (flag == "--trace") options.trace = argv[i + 1];
-    else if (flag == "--compress" && std::string(argv[i + 1]) == "bf16") options.compress = true;
-    else if (flag == "--compress" && std::string(argv[i + 1]) == "none") options.compress = false;
-    else {
-      std::cerr << "unknown flag " << flag << ' ' << argv[i + 1]
-                << "; use --epochs N --batch-size B --replicas-per-process 1|2 --backup DIR --timeout SECONDS "
-                   "--trace FILE --compress none|bf16\n";
-      return 2;
-    }
-  }
+  bool const taken = examples::read_flags(
+      argc, argv,
+      "--epochs N --batch-size B --replicas-per-process 1|2 --backup DIR --timeout SECONDS --trace FILE "
+      "--compress none|bf16",
+      [&](std::string_view flag, examples::FlagValue value) {
+        if (flag == "--epochs") options.epochs = value.number<int>();
+        else if (flag == "--batch-size") options.batch_size = value.number<int>();
+        else if (flag == "--replicas-per-process") options.replicas_per_process = value.number<int>();
+        else if (flag == "--backup") options.backup = value.text();
+        else if (flag == "--timeout") options.timeout_seconds = value.number<int>();
+        else if (flag == "--trace") options.trace = value.text();
+        else if (flag == "--compress" && (value.text() == "bf16" || value.text() == "none"))
+          options.compress = value.text() == "bf16";
+        else if (flag == "--compress")
+          throw examples::BadCommandLine{"--compress: '" + value.text() + "' is not none or bf16"};
+        else return false;
+        return true;
+      });
+  if (!taken) return 2;
   try {
     // Each choice is its own trainer type: one instantiation per combination offered here.
     auto run = [&]<int LocalN>() {

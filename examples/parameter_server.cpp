@@ -29,39 +29,42 @@
 // an error.
 
 #include <chrono>
-#include <cstdlib>
+#include <cstddef>
+#include <cstdint>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include <strata.hpp>
 #include <strata/ps.hpp>
+
+#include "command_line.hpp"
 
 int main(int argc, char** argv) {
   strata::ps::JobOptions options{.epochs = 3, .batch_size = 64, .seed = 7, .staleness = 2,
                                  .partition = {.min_shard_bytes = 64 << 10}};
   std::size_t train_samples = 0;  // 0: all 60,000
   std::string precision = "fp32";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string const flag = argv[i];
-    int const value = std::atoi(argv[i + 1]);
-    if (flag == "--epochs") options.epochs = value;
-    else if (flag == "--batch-size") options.batch_size = value;
-    else if (flag == "--staleness") options.staleness = value;
-    else if (flag == "--train-samples") train_samples = std::size_t(value);
-    else if (flag == "--step-timeout") options.step_timeout = std::chrono::milliseconds(value);
-    else if (flag == "--server-timeout") options.server_timeout = std::chrono::milliseconds(value);
-    else if (flag == "--checkpoint") options.checkpoint = argv[i + 1];
-    else if (flag == "--precision") precision = argv[i + 1];
-    else if (flag == "--grad-accum") options.accumulation_steps = value;
-    else if (flag == "--steps-per-epoch") options.steps_per_epoch = value;
-    else {
-      std::cerr << "unknown flag " << flag
-                << "; use --epochs N --batch-size B --staleness S --train-samples N --step-timeout MS "
-                   "--server-timeout MS --checkpoint FILE --precision fp32|bf16 --grad-accum K --steps-per-epoch N\n";
-      return 2;
-    }
-  }
+  bool const taken = examples::read_flags(
+      argc, argv,
+      "--epochs N --batch-size B --staleness S --train-samples N --step-timeout MS --server-timeout MS "
+      "--checkpoint FILE --precision fp32|bf16 --grad-accum K --steps-per-epoch N",
+      [&](std::string_view flag, examples::FlagValue value) {
+        if (flag == "--epochs") options.epochs = value.number<int>();
+        else if (flag == "--batch-size") options.batch_size = value.number<int>();
+        else if (flag == "--staleness") options.staleness = value.number<int>();
+        else if (flag == "--train-samples") train_samples = value.number<std::size_t>();
+        else if (flag == "--step-timeout") options.step_timeout = std::chrono::milliseconds(value.number<int>());
+        else if (flag == "--server-timeout") options.server_timeout = std::chrono::milliseconds(value.number<int>());
+        else if (flag == "--checkpoint") options.checkpoint = value.text();
+        else if (flag == "--precision") precision = value.text();
+        else if (flag == "--grad-accum") options.accumulation_steps = value.number<int>();
+        else if (flag == "--steps-per-epoch") options.steps_per_epoch = value.number<std::int64_t>();
+        else return false;
+        return true;
+      });
+  if (!taken) return 2;
   if (precision != "fp32" && precision != "bf16") {
     std::cerr << "--precision " << precision << " is not fp32 or bf16\n";
     return 2;

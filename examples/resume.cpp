@@ -7,11 +7,14 @@
 //   resume [--dir DIR] [--epochs N] [--interrupt-at-step S]
 
 #include <csignal>
-#include <cstdlib>
+#include <cstdint>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include <strata.hpp>
+
+#include "command_line.hpp"
 
 namespace {
 // Simulates a crash (a pre-empted machine, an OOM kill): SIGKILL, nothing is cleaned up.
@@ -29,16 +32,16 @@ int main(int argc, char** argv) {
   std::string dir = "resume-run";
   int epochs = 3;
   InterruptAt interrupt;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string const flag = argv[i];
-    if (flag == "--dir") dir = argv[i + 1];
-    else if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
-    else if (flag == "--interrupt-at-step") interrupt.step = std::atoll(argv[i + 1]);
-    else {
-      std::cerr << "unknown flag " << flag << "; use --dir DIR --epochs N --interrupt-at-step S\n";
-      return 2;
-    }
-  }
+  bool const taken = examples::read_flags(argc, argv, "--dir DIR --epochs N --interrupt-at-step S",
+                                          [&](std::string_view flag, examples::FlagValue value) {
+                                            if (flag == "--dir") dir = value.text();
+                                            else if (flag == "--epochs") epochs = value.number<int>();
+                                            else if (flag == "--interrupt-at-step")
+                                              interrupt.step = value.number<std::int64_t>();
+                                            else return false;
+                                            return true;
+                                          });
+  if (!taken) return 2;
 
   try {
     auto const train = strata::data::fashion_mnist(strata::data::Split::train);

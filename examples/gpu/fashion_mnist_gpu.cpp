@@ -3,12 +3,14 @@
 //
 //   fashion_mnist_gpu [--epochs N] [--batch-size B] [--precision fp32|bf16|fp16]
 
-#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include <strata.hpp>
 #include <strata/cuda.hpp>
+
+#include "../command_line.hpp"
 
 template <class Precision>
 int train_and_evaluate(int epochs, int batch_size) {
@@ -34,16 +36,15 @@ int main(int argc, char** argv) {
   int epochs = 10;
   int batch_size = 128;
   std::string precision = "fp32";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string const flag = argv[i];
-    if (flag == "--epochs") epochs = std::atoi(argv[i + 1]);
-    else if (flag == "--batch-size") batch_size = std::atoi(argv[i + 1]);
-    else if (flag == "--precision") precision = argv[i + 1];
-    else {
-      std::cerr << "unknown flag " << flag << "; use --epochs N --batch-size B --precision fp32|bf16|fp16\n";
-      return 2;
-    }
-  }
+  bool const taken = examples::read_flags(argc, argv, "--epochs N --batch-size B --precision fp32|bf16|fp16",
+                                          [&](std::string_view flag, examples::FlagValue value) {
+                                            if (flag == "--epochs") epochs = value.number<int>();
+                                            else if (flag == "--batch-size") batch_size = value.number<int>();
+                                            else if (flag == "--precision") precision = value.text();
+                                            else return false;
+                                            return true;
+                                          });
+  if (!taken) return 2;
   if (strata::cuda::device_count() == 0) {
     std::cout << "SKIPPED: no CUDA device here; this example needs an NVIDIA GPU\n";
     return 77;
