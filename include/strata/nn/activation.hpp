@@ -44,11 +44,14 @@ struct ActivationMath<CpuBackend> {
   static void tanh(ConstMatrixView x, MatrixView y) {
     by_columns(x, [&](int first, int n) { eigen(y, first, n).array() = eigen(x, first, n).array().tanh(); });
   }
+  // dx = dy (1 - y^2). The pass into dx and the one in place (as relu's) share tanh_slope, so
+  // they give the same bits.
   static void tanh_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) {
-    by_columns(y, [&](int first, int n) {
-      auto Y = eigen(y, first, n).array();
-      eigen(dx, first, n).array() = eigen(dy, first, n).array() * (1.0f - Y * Y);
-    });
+    for_ranges(y, [&](std::size_t at, std::size_t n) { tanh_slope(y.data + at, dy.data + at, dx.data + at, n); });
+  }
+  template <class T>
+  static void tanh_backward_in_place(T const* y, float* d, std::size_t n) {
+    run_split_floats(n, [&](std::size_t begin, std::size_t count) { tanh_slope(y + begin, d + begin, d + begin, count); });
   }
 
   // Exact GELU, x * Phi(x) (Keras' default, approximate=False), in blocks that stay in L1.
@@ -85,15 +88,29 @@ struct ActivationMath<CpuBackend> {
   }
   static Eigen::Map<Matrix> eigen(MatrixView v, int first, int n) { return strata::detail::eigen(v.columns(first, n)); }
 
+  // f(at, n) over v's floats [at, at + n), one call per column range by_columns gives.
+  template <class F>
+  static void for_ranges(ConstMatrixView v, F const& f) {
+    by_columns(v, [&](int first, int columns) {
+      f(std::size_t(first) * std::size_t(v.rows), std::size_t(columns) * std::size_t(v.rows));
+    });
+  }
+  // dx = dy (1 - y^2) over n values, y in float or 16 bits; dx may be dy.
+  template <class T>
+  static void tanh_slope(T const* y, float const* dy, float* dx, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      float const v = float(y[i]);
+      dx[i] = dy[i] * (1.0f - v * v);
+    }
+  }
+
   static constexpr std::size_t block = 512;
   using Block = Eigen::Array<float, Eigen::Dynamic, 1, 0, block, 1>;
   // f(at, n) over v's floats in blocks of at most `block`, within each column range by_columns gives.
   template <class F>
   static void for_blocks(ConstMatrixView v, F const& f) {
-    by_columns(v, [&](int first, int columns) {
-      std::size_t const begin = std::size_t(first) * std::size_t(v.rows);
-      std::size_t const end = begin + std::size_t(columns) * std::size_t(v.rows);
-      for (std::size_t at = begin; at < end; at += block) f(at, std::min(block, end - at));
+    for_ranges(v, [&](std::size_t begin, std::size_t count) {
+      for (std::size_t at = begin; at < begin + count; at += block) f(at, std::min(block, begin + count - at));
     });
   }
   // n floats, then zeros up to a multiple of 16 (a whole number of packets): every value then
@@ -153,6 +170,10 @@ struct Tanh : ParameterFreeLayer {
   void backward(float const*, float*, ConstMatrixView, ConstMatrixView y, Scratch, ConstMatrixView dy,
                 MatrixView dx, bool) const {
     if (dx.data != nullptr) ActivationMath<B>::tanh_backward(y, dy, dx);
+  }
+  template <class T>
+  static void backward_in_place(T const* y, float* d, std::size_t n) {
+    ActivationMath<CpuBackend>::tanh_backward_in_place(y, d, n);
   }
 };
 

@@ -136,7 +136,8 @@ inline constexpr bool selects_values = [] {
 
 // Whether a layer's backward on the host can run in place from its output alone:
 // L::backward_in_place(y, d, n) turns d = dy into d = dx over n elements, y being the layer's
-// output as float or in the 16-bit type a mixed pass keeps it in (Relu: d = d where y > 0).
+// output as float or in the 16-bit type a mixed pass keeps it in (Relu: d = d where y > 0;
+// Tanh: d = d (1 - y^2)).
 // A Sequential then touches only y and d, where backward touches y, dy, dx and, under mixed
 // precision, a float copy of y (docs/benchmarks.md, "ReLU's backward in place").
 template <class L, class T>
