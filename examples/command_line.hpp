@@ -6,10 +6,13 @@
 
 #include <charconv>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+
+#include <strata.hpp>
 
 namespace examples {
 
@@ -61,5 +64,44 @@ bool read_flags(int argc, char** argv, std::string_view usage, Take&& take) {
     return false;
   }
 }
+
+// The flags of the flagship and of its GPU twin (examples/gpu/fashion_mnist_gpu.cpp).
+struct TrainingFlags {
+  int epochs = 10;
+  int batch_size = 128;
+  std::string precision = "fp32";  // fp32, bf16 or fp16
+
+  // The flags argv gives, or nothing where the command line was not taken (read_flags said why).
+  static std::optional<TrainingFlags> read(int argc, char** argv) {
+    TrainingFlags flags;
+    bool const taken = read_flags(argc, argv, "--epochs N --batch-size B --precision fp32|bf16|fp16",
+                                  [&](std::string_view flag, FlagValue value) {
+                                    if (flag == "--epochs") flags.epochs = value.number<int>();
+                                    else if (flag == "--batch-size") flags.batch_size = value.number<int>();
+                                    else if (flag == "--precision") flags.precision = value.text();
+                                    else return false;
+                                    return true;
+                                  });
+    if (!taken) return std::nullopt;
+    return flags;
+  }
+
+  // train.template operator()<Precision>() for the precision policy that `precision` names,
+  // and what it returns; 2 for a name that is not one; 1 with the message of a strata::Error.
+  // Each policy is its own trainer type, so each name instantiates its own training.
+  template <class Train>
+  int with_precision(Train&& train) const {
+    try {
+      if (precision == "fp32") return train.template operator()<strata::FullPrecision>();
+      if (precision == "bf16") return train.template operator()<strata::MixedPrecision>();
+      if (precision == "fp16") return train.template operator()<strata::MixedPrecisionFp16>();
+      std::cerr << "error: --precision " << precision << " is not one of fp32, bf16, fp16\n";
+      return 2;
+    } catch (strata::Error const& error) {
+      std::cerr << "error: " << error.what() << '\n';
+      return 1;
+    }
+  }
+};
 
 }  // namespace examples

@@ -2,9 +2,9 @@
 # The examples refuse a bad command line (examples/command_line.hpp): exit code 2, a line that
 # names what was wrong and the flags they take, and no data read (their first line, which
 # follows the data's loading, is absent).
-#   command_line_test.sh CUSTOM_LOOP RESUME [BERT_FINETUNE]
+#   command_line_test.sh CUSTOM_LOOP RESUME [BERT_FINETUNE] [FASHION_MNIST]  (an empty one is skipped)
 set -u
-custom_loop=$1 resume=$2 bert=${3:-}
+custom_loop=$1 resume=$2 bert=${3:-} fashion=${4:-}
 failures=0
 refuses() {  # refuses EXPECTED PROGRAM ARGS...
   local expected=$1
@@ -27,6 +27,11 @@ refuses "error: --interrupt-at-step: '99999999999999999999' is not a whole numbe
 if [[ -n $bert ]]; then
   refuses "error: --lr: '1e-3x' is not a number; use --epochs N" "$bert" --lr 1e-3x
   refuses "error: --batch-size: '-' is not a whole number" "$bert" --batch-size -
+fi
+if [[ -n $fashion ]]; then
+  refuses "error: --batch-size: '12.5' is not a whole number; use --epochs N --batch-size B --precision" \
+    "$fashion" --batch-size 12.5
+  refuses "error: --precision fp8 is not one of fp32, bf16, fp16" "$fashion" --precision fp8
 fi
 if ((failures > 0)); then
   echo "$failures bad command lines were not refused"

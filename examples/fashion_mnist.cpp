@@ -8,8 +8,6 @@
 // generated at compile time; the flag only picks which one runs.
 
 #include <iostream>
-#include <string>
-#include <string_view>
 
 #include <strata.hpp>
 
@@ -42,27 +40,8 @@ int train_and_evaluate(int epochs, int batch_size) {
 }
 
 int main(int argc, char** argv) {
-  int epochs = 10;
-  int batch_size = 128;
-  std::string precision = "fp32";
-  bool const taken = examples::read_flags(argc, argv, "--epochs N --batch-size B --precision fp32|bf16|fp16",
-                                          [&](std::string_view flag, examples::FlagValue value) {
-                                            if (flag == "--epochs") epochs = value.number<int>();
-                                            else if (flag == "--batch-size") batch_size = value.number<int>();
-                                            else if (flag == "--precision") precision = value.text();
-                                            else return false;
-                                            return true;
-                                          });
-  if (!taken) return 2;
-
-  try {
-    if (precision == "fp32") return train_and_evaluate<strata::FullPrecision>(epochs, batch_size);
-    if (precision == "bf16") return train_and_evaluate<strata::MixedPrecision>(epochs, batch_size);
-    if (precision == "fp16") return train_and_evaluate<strata::MixedPrecisionFp16>(epochs, batch_size);
-    std::cerr << "--precision " << precision << " is not one of fp32, bf16, fp16\n";
-    return 2;
-  } catch (strata::Error const& error) {
-    std::cerr << "error: " << error.what() << '\n';
-    return 1;
-  }
+  auto const flags = examples::TrainingFlags::read(argc, argv);
+  if (!flags) return 2;
+  return flags->with_precision(
+      [&]<class Precision>() { return train_and_evaluate<Precision>(flags->epochs, flags->batch_size); });
 }
