@@ -18,11 +18,12 @@
 
 int main(int argc, char** argv) {
   int epochs = 3;
-  bool const taken = examples::read_flags(argc, argv, "--epochs N", [&](std::string_view flag, examples::FlagValue value) {
-    if (flag != "--epochs") return false;
-    epochs = value.number<int>();
-    return true;
-  });
+  bool const taken =
+      examples::read_flags(argc, argv, "--epochs N", [&](std::string_view flag, examples::FlagValue value) {
+        if (flag != "--epochs") return false;
+        epochs = value.number<int>();
+        return true;
+      });
   if (!taken) return 2;
   auto const train = strata::data::fashion_mnist(strata::data::Split::train).take(20000);
   auto const test = strata::data::fashion_mnist(strata::data::Split::test);

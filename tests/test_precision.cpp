@@ -264,7 +264,8 @@ template <class Activation, class T>
 std::vector<float> check_backward_in_place() {
   using Plain = NotInPlace<Activation>;
   static_assert(nn::backward_in_place<Activation, T> && !nn::backward_in_place<Plain, T>);
-  using InPlace = Sequential<Dense<784, 48>, Activation, Activation, Dense<48, 32>, Activation, Dense<32, 10>, Activation>;
+  using InPlace =
+      Sequential<Dense<784, 48>, Activation, Activation, Dense<48, 32>, Activation, Dense<32, 10>, Activation>;
   using Buffered = Sequential<Dense<784, 48>, Plain, Plain, Dense<48, 32>, Plain, Dense<32, 10>, Plain>;
   InPlace const model(5);
   auto const in_place = logits_and_gradients<T>(model, model.parameters());

@@ -51,7 +51,9 @@ struct ActivationMath<CpuBackend> {
   }
   template <class T>
   static void tanh_backward_in_place(T const* y, float* d, std::size_t n) {
-    run_split_floats(n, [&](std::size_t begin, std::size_t count) { tanh_slope(y + begin, d + begin, d + begin, count); });
+    run_split_floats(n, [&](std::size_t begin, std::size_t count) {
+      tanh_slope(y + begin, d + begin, d + begin, count);
+    });
   }
 
   // Exact GELU, x * Phi(x) (Keras' default, approximate=False), in blocks that stay in L1.
