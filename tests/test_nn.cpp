@@ -1,8 +1,10 @@
 // Layers, Sequential, losses: gradients against central differences, closed forms, bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "gradient_check.hpp"
@@ -439,4 +441,132 @@ TEST_CASE("SelfAttention and Bert check their configuration and name their param
   CHECK(names[7].offset == 3 * (64 + 8) + 64);
   CHECK(TinyBert::name() == "Bert<2, 8, 2, 12, 23, 6>");
   CHECK(TinyClassifier::columns == std::array<int, 4>{1, 6, 1, 1});
+}
+
+// Conv2D and MaxPool2D (nn/conv.hpp): central differences through both, with each padding and
+// an even kernel; a direct convolution and a direct max written out as the forward's oracle;
+// Keras' names and shapes for checkpoints.
+namespace {
+// y(oh, ow, f) = b(f) + sum over (kh, kw, c) of w(kh, kw, c, f) x(oh + kh - pad, ow + kw - pad, c),
+// zero outside the image; w as Keras stores it, (kh, kw, c, f) row-major.
+Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int pad, int out_h, int out_w, float const* w,
+                          float const* b, Matrix const& x) {
+  Matrix y(out_h * out_w * filters, x.cols());
+  for (Eigen::Index s = 0; s < x.cols(); ++s)
+    for (int oh = 0; oh < out_h; ++oh)
+      for (int ow = 0; ow < out_w; ++ow)
+        for (int f = 0; f < filters; ++f) {
+          double sum = b[f];
+          for (int kh = 0; kh < kernel; ++kh)
+            for (int kw = 0; kw < kernel; ++kw)
+              for (int c = 0; c < in.channels; ++c) {
+                int const ih = oh + kh - pad, iw = ow + kw - pad;
+                if (ih < 0 || ih >= in.height || iw < 0 || iw >= in.width) continue;
+                sum += double(w[((kh * kernel + kw) * in.channels + c) * filters + f]) *
+                       double(x((ih * in.width + iw) * in.channels + c, s));
+              }
+          y((oh * out_w + ow) * filters + f, s) = float(sum);
+        }
+  return y;
+}
+}  // namespace
+
+TEST_CASE("Conv2D's and MaxPool2D's backward match central differences") {
+  using Valid = Conv2D<ImageShape{6, 5, 2}, 3, 3>;  // 4 x 3 x 3
+  static_assert(Valid::output_shape.height == 4 && Valid::output_shape.width == 3 && Valid::output_shape.channels == 3);
+  using Pool = MaxPool2D<Valid::output_shape, 2>;  // 2 x 1 x 3: the last row of windows is dropped
+  static_assert(Pool::output_shape.size() == 6);
+  Sequential<Valid, Tanh, Pool, Dense<6, 4>> valid(21);
+  check_gradients(valid, random_matrix(60, 5, 1), labels({0, 1, 2, 3, 0}), SoftmaxCrossEntropy{}, {});
+
+  // `same` with an odd and an even kernel (one row of zeros before, the rest after), a
+  // convolution after a pool, the first layer's input gradient never asked for.
+  using Same = Conv2D<ImageShape{5, 4, 2}, 3, 3, Padding::same>;
+  static_assert(Same::output_shape.height == 5 && Same::output_shape.width == 4);
+  using Even = Conv2D<MaxPool2D<Same::output_shape, 2>::output_shape, 2, 2, Padding::same>;
+  Sequential<Same, Relu, MaxPool2D<Same::output_shape, 2>, Even, Tanh, Dense<Even::output_shape.size(), 3>> same(22);
+  check_gradients(same, random_matrix(40, 4, 2), labels({0, 1, 2, 1}), SoftmaxCrossEntropy{}, {});
+}
+
+TEST_CASE("Conv2D and MaxPool2D compute a direct convolution and a direct max") {
+  using Conv = Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same>;
+  using Pool = MaxPool2D<Conv::output_shape, 3>;  // 2 x 2 x 4 windows of 3 x 3
+  Sequential<Conv, Pool> model(5);
+  auto params = model.parameters();
+  Rng rng(8);
+  for (float& p : params) p = 2.0f * rng.uniform() - 1.0f;  // biases too, not only zeros
+  Matrix const x = random_matrix(7 * 6 * 3, 9, 3);
+  Matrix const conv = direct_convolution({7, 6, 3}, 4, 3, 1, 7, 6, params.data(), params.data() + 3 * 3 * 3 * 4, x);
+
+  Sequential<Conv> alone(5);
+  std::copy(params.begin(), params.end(), alone.parameters().begin());
+  Matrix const got = alone.predict(x);
+  REQUIRE(got.rows() == conv.rows());
+  CHECK(((got - conv).array().abs() <= 1e-5f * (1.0f + conv.array().abs())).all());
+
+  Matrix pooled(2 * 2 * 4, x.cols());
+  for (Eigen::Index s = 0; s < x.cols(); ++s)
+    for (int oh = 0; oh < 2; ++oh)
+      for (int ow = 0; ow < 2; ++ow)
+        for (int f = 0; f < 4; ++f) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (int ph = 0; ph < 3; ++ph)
+            for (int pw = 0; pw < 3; ++pw) m = std::max(m, got(((oh * 3 + ph) * 6 + ow * 3 + pw) * 4 + f, s));
+          pooled((oh * 2 + ow) * 4 + f, s) = m;
+        }
+  CHECK(model.predict(x) == pooled);  // the max of the same convolution's values: exact
+
+  // An even kernel under `same` pads (kernel - 1) / 2 = 0 before and 1 after, as Keras does;
+  // `valid` pads nothing.
+  auto check = [&]<class L>(L, int kernel, int pad) {
+    Sequential<L> layer(6);
+    auto p = layer.parameters();
+    for (float& v : p) v = 2.0f * rng.uniform() - 1.0f;
+    constexpr auto out = L::output_shape;
+    Matrix const direct = direct_convolution({7, 6, 3}, out.channels, kernel, pad, out.height, out.width, p.data(),
+                                             p.data() + kernel * kernel * 3 * out.channels, x);
+    CHECK(((layer.predict(x) - direct).array().abs() <= 1e-5f * (1.0f + direct.array().abs())).all());
+  };
+  check(Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::same>{}, 2, 0);
+  check(Conv2D<ImageShape{7, 6, 3}, 5, 4, Padding::same>{}, 4, 1);
+  check(Conv2D<ImageShape{7, 6, 3}, 2, 4>{}, 4, 0);
+}
+
+TEST_CASE("MaxPool2D passes a tie's gradient to the first largest value and propagates NaN") {
+  using Pool = MaxPool2D<ImageShape{2, 2, 1}, 2>;
+  Pool const pool;
+  Matrix x(4, 2);
+  x << 1.0f, 3.0f,                                     // sample 0: 1, 5, 5, 2 (a tie at 1 and 2)
+      5.0f, std::numeric_limits<float>::quiet_NaN(),   // sample 1: 3, NaN, 7, 7
+      5.0f, 7.0f,
+      2.0f, 7.0f;
+  Matrix y(1, 2), dx(4, 2);
+  Matrix const dy = Matrix::Constant(1, 2, 0.5f);
+  pool.forward<CpuBackend>(nullptr, view(x), view(y), {}, {});
+  CHECK(y(0, 0) == 5.0f);
+  CHECK(std::isnan(y(0, 1)));
+  pool.backward<CpuBackend>(nullptr, nullptr, view(x), view(y), {}, view(dy), view(dx), false);
+  CHECK(dx.col(0) == Vector{{0.0f, 0.5f, 0.0f, 0.0f}});
+  CHECK(dx.col(1) == Vector{{0.0f, 0.5f, 0.0f, 0.0f}});
+}
+
+TEST_CASE("Conv2D names its kernel and bias as Keras shapes them") {
+  using Model = Sequential<Conv2D<ImageShape{28, 28, 1}, 32, 3>, Relu, MaxPool2D<ImageShape{26, 26, 32}, 2>,
+                           Dense<13 * 13 * 32, 10>>;
+  auto const tensors = Model::parameter_tensors();
+  REQUIRE(tensors.size() == 4);
+  CHECK(tensors[0].name == "conv2d_0/kernel");
+  CHECK(tensors[0].shape == std::vector<std::int64_t>{3, 3, 1, 32});
+  CHECK(tensors[1].name == "conv2d_0/bias");
+  CHECK(tensors[1].offset == 3 * 3 * 32);
+  CHECK(tensors[2].name == "dense_3/kernel");
+  CHECK(Model::parameter_count == 3 * 3 * 32 + 32 + 13 * 13 * 32 * 10 + 10);
+  CHECK(Conv2D<ImageShape{28, 28, 1}, 32, 3>::name() == "Conv2D<28x28x1, 32, 3x3, valid>");
+  CHECK(MaxPool2D<ImageShape{26, 26, 32}, 2>::name() == "MaxPool2D<26x26x32, 2>");
+  // Glorot's limit with Keras' fans for a convolution: sqrt(6 / (9 * 1 + 9 * 32)).
+  Model const model(3);
+  float const limit = std::sqrt(6.0f / float(9 + 9 * 32));
+  auto const kernel = model.parameters().subspan(0, 3 * 3 * 32);
+  CHECK(std::all_of(kernel.begin(), kernel.end(), [&](float w) { return std::abs(w) <= limit; }));
+  CHECK(*std::max_element(kernel.begin(), kernel.end()) > 0.8f * limit);
 }

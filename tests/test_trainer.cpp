@@ -51,6 +51,25 @@ TEST_CASE_TEMPLATE("Mirrored<N> matches OneDevice on the same global batches (21
   CHECK(relative_difference(train_weights<T>(30, Adam{.lr = 1e-3f}), train_weights<Trainer<OneDevice>>(30, Adam{.lr = 1e-3f})) < 1e-5);
 }
 
+// A convolutional model (nn/conv.hpp): replicas that gather their own shards' patches train
+// what one replica trains on the whole batches; so do intra-op threads splitting its products
+// and its gathers; and the same run twice gives the same bits.
+TEST_CASE("a convolutional model trains on Mirrored<2> and Mirrored<3> what it trains on OneDevice") {
+  using Cnn = Sequential<Conv2D<ImageShape{28, 28, 1}, 6, 3>, Relu, MaxPool2D<ImageShape{26, 26, 6}, 2>,
+                         Conv2D<ImageShape{13, 13, 6}, 4, 3, Padding::same>, Relu, Dense<13 * 13 * 4, 10>>;
+  Adam const adam{.lr = 1e-3f};
+  auto const reference = train_weights<Trainer<OneDevice>, Cnn>(30, adam);
+  Cnn const untrained(42);
+  CHECK(relative_difference(reference, {untrained.parameters().begin(), untrained.parameters().end()}) > 1e-2);
+  CHECK(relative_difference(train_weights<Trainer<Mirrored<2>>, Cnn>(30, adam), reference) < 1e-5);
+  CHECK(relative_difference(train_weights<Trainer<Mirrored<3>>, Cnn>(30, adam), reference) < 1e-5);
+  CHECK(train_weights<Trainer<Mirrored<2>>, Cnn>(30, adam) == train_weights<Trainer<Mirrored<2>>, Cnn>(30, adam));
+  Cnn model(42);
+  Trainer<OneDevice> split({.intra_op_threads = 2});
+  split.fit(model, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 30, .seed = 5});
+  CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
+}
+
 // CentralStorage<N> on the CPU: one copy of the variables, N replicas reducing into it. It
 // must train what Mirrored<N> trains, bit for bit (the host step is the same), and what
 // OneDevice trains on the same global batches.

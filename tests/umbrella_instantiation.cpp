@@ -26,6 +26,13 @@ int main() {
   train_once<strata::Trainer<strata::Mirrored<2>, strata::GradAccum<2>>>(labels, strata::Adam{}, strata::SoftmaxCrossEntropy{});
   train_once<strata::Trainer<strata::Mirrored<3>>>(targets, strata::AdamW{}, strata::MeanSquaredError{});
 
+  using Cnn = strata::Sequential<strata::Conv2D<strata::ImageShape{4, 4, 2}, 3, 3, strata::Padding::same>, strata::Relu,
+                                 strata::MaxPool2D<strata::ImageShape{4, 4, 3}, 2>, strata::Dense<12, 3>>;
+  strata::Dataset images(strata::Matrix::Random(32, 10), std::vector<std::int32_t>(10, 2));
+  Cnn cnn(1);
+  strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision> cnn_trainer;
+  cnn_trainer.fit(cnn, strata::Adam{}, strata::SoftmaxCrossEntropy{}, images, {.epochs = 1, .batch_size = 4});
+
   strata::Strategy<strata::Mirrored<2>> strategy;
   for (auto const& batch : strategy.distribute(labels.batch(4))) {
     auto sizes = strategy.run([](strata::ReplicaContext& ctx, strata::Shard const& shard) {

@@ -5,6 +5,7 @@
 #include "strata/nn/attention.hpp"
 #include "strata/nn/bert.hpp"
 #include "strata/nn/chain.hpp"
+#include "strata/nn/conv.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/nn/dropout.hpp"
 #include "strata/nn/embedding.hpp"
