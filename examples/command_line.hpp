@@ -11,6 +11,7 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 
 #include <strata.hpp>
 
@@ -71,9 +72,11 @@ struct TrainingFlags {
   int batch_size = 128;
   std::string precision = "fp32";  // fp32, bf16 or fp16
 
-  // The flags argv gives, or nothing where the command line was not taken (read_flags said why).
-  static std::optional<TrainingFlags> read(int argc, char** argv) {
-    TrainingFlags flags;
+  // The flags argv gives over `defaults`, or nothing where the command line was not taken
+  // (read_flags said why).
+  static std::optional<TrainingFlags> read(int argc, char** argv) { return read(argc, argv, TrainingFlags()); }
+  static std::optional<TrainingFlags> read(int argc, char** argv, TrainingFlags defaults) {
+    TrainingFlags flags = std::move(defaults);
     bool const taken = read_flags(argc, argv, "--epochs N --batch-size B --precision fp32|bf16|fp16",
                                   [&](std::string_view flag, FlagValue value) {
                                     if (flag == "--epochs") flags.epochs = value.number<int>();
