@@ -35,9 +35,13 @@ int train_and_evaluate(int epochs, int batch_size) {
                                    {.epochs = epochs, .batch_size = batch_size, .validation = test, .seed = 7},
                                    strata::ProgressBar{});
   double total_seconds = 0.0;
-  for (double s : history.epoch_seconds()) total_seconds += s;
+  std::cout << "epoch_seconds=";  // training and validation, each epoch (benchmarks/anchors/cnn.py reads them)
+  for (double s : history.epoch_seconds()) {
+    std::cout << (total_seconds > 0.0 ? "," : "") << s;
+    total_seconds += s;
+  }
   auto const result = trainer.evaluate(model, strata::SoftmaxCrossEntropy{}, test);
-  std::cout << "trained " << history.epochs() << " epochs in " << total_seconds << " s; test loss " << result.loss
+  std::cout << "\ntrained " << history.epochs() << " epochs in " << total_seconds << " s; test loss " << result.loss
             << '\n';
   std::cout << "test_accuracy=" << *result.accuracy << std::endl;
   return 0;

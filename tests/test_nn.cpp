@@ -486,6 +486,10 @@ TEST_CASE("Conv2D's and MaxPool2D's backward match central differences") {
   using Even = Conv2D<MaxPool2D<Same::output_shape, 2>::output_shape, 2, 2, Padding::same>;
   Sequential<Same, Relu, MaxPool2D<Same::output_shape, 2>, Even, Tanh, Dense<Even::output_shape.size(), 3>> same(22);
   check_gradients(same, random_matrix(40, 4, 2), labels({0, 1, 2, 1}), SoftmaxCrossEntropy{}, {});
+
+  // Windows that cover the image whole (no row or column dropped).
+  Sequential<Conv2D<ImageShape{4, 4, 2}, 3, 3, Padding::same>, Tanh, MaxPool2D<ImageShape{4, 4, 3}, 2>, Dense<12, 3>> whole(23);
+  check_gradients(whole, random_matrix(32, 4, 3), labels({0, 1, 2, 1}), SoftmaxCrossEntropy{}, {});
 }
 
 TEST_CASE("Conv2D and MaxPool2D compute a direct convolution and a direct max") {

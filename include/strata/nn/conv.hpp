@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -62,30 +63,37 @@ struct ImageMath {
 
 template <>
 struct ImageMath<CpuBackend> {
-  // The patches of `samples` images of shape `in` (columns of x) for a `kernel` x `kernel`
-  // window at each of the out_h x out_w output pixels, `pad` rows and columns of zeros before
-  // the first: patches is (kernel * kernel * channels) x (out_h * out_w * samples), column
-  // p + pixels * s holding pixel p of sample s, rows in (row of kernel, column, channel) order.
-  static void gather(ImageShape in, int kernel, int pad, int out_h, int out_w, ConstMatrixView x, MatrixView patches) {
-    int const c = in.channels;
-    std::size_t const rows = std::size_t(kernel) * std::size_t(kernel) * std::size_t(c);
-    std::size_t const pixels = std::size_t(out_h) * std::size_t(out_w);
+  // The patches of the images of shape `In` (columns of x) for a Kernel x Kernel window at
+  // each of the out.height x out.width output pixels, `Pad` rows and columns of zeros before
+  // the first: patches is (Kernel * Kernel * channels) x (pixels * samples), column
+  // p + pixels * s holding pixel p of sample s, rows in (row of kernel, column, channel)
+  // order. A kernel row's Kernel * channels values lie side by side in the image too, so
+  // they are copied as one run of a size known at compile time.
+  template <ImageShape In, int Kernel, int Pad, ImageShape Out>
+  static void gather(ConstMatrixView x, MatrixView patches) {
+    constexpr int c = In.channels, run = Kernel * c;
+    constexpr std::size_t rows = std::size_t(Kernel) * run, pixels = std::size_t(Out.height) * Out.width;
     run_split_columns(int(rows * pixels), x.cols, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
         float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
         float* out = patches.data + std::size_t(s) * pixels * rows;
-        for (int oh = 0; oh < out_h; ++oh)
-          for (int ow = 0; ow < out_w; ++ow)
-            for (int kh = 0; kh < kernel; ++kh) {
-              int const ih = oh + kh - pad;
-              for (int kw = 0; kw < kernel; ++kw, out += c) {
-                int const iw = ow + kw - pad;
-                if (ih < 0 || ih >= in.height || iw < 0 || iw >= in.width) {
-                  std::fill_n(out, c, 0.0f);
-                } else {
-                  float const* from = image + (std::size_t(ih) * std::size_t(in.width) + std::size_t(iw)) * std::size_t(c);
-                  std::copy_n(from, c, out);
-                }
+        for (int oh = 0; oh < Out.height; ++oh)
+          for (int ow = 0; ow < Out.width; ++ow)
+            for (int kh = 0; kh < Kernel; ++kh, out += run) {
+              int const ih = oh + kh - Pad, iw = ow - Pad;
+              if (ih < 0 || ih >= In.height) {
+                std::fill_n(out, run, 0.0f);
+                continue;
+              }
+              float const* row = image + std::size_t(ih) * std::size_t(In.width) * c;
+              if (iw >= 0 && iw + Kernel <= In.width) {
+                std::memcpy(out, row + std::size_t(iw) * c, sizeof(float) * run);
+                continue;
+              }
+              for (int kw = 0; kw < Kernel; ++kw) {  // at the left or right edge
+                float* to = out + kw * c;
+                if (iw + kw < 0 || iw + kw >= In.width) std::fill_n(to, c, 0.0f);
+                else std::memcpy(to, row + std::size_t(iw + kw) * c, sizeof(float) * c);
               }
             }
       }
@@ -94,77 +102,103 @@ struct ImageMath<CpuBackend> {
 
   // The reverse of gather: dx = the sum, over every patch column, of its values put back
   // where gather took them (the padding's are dropped).
-  static void scatter(ImageShape in, int kernel, int pad, int out_h, int out_w, ConstMatrixView patches, MatrixView dx) {
-    int const c = in.channels;
-    std::size_t const rows = std::size_t(kernel) * std::size_t(kernel) * std::size_t(c);
-    std::size_t const pixels = std::size_t(out_h) * std::size_t(out_w);
+  template <ImageShape In, int Kernel, int Pad, ImageShape Out>
+  static void scatter(ConstMatrixView patches, MatrixView dx) {
+    constexpr int c = In.channels, run = Kernel * c;
+    constexpr std::size_t rows = std::size_t(Kernel) * run, pixels = std::size_t(Out.height) * Out.width;
     run_split_columns(int(rows * pixels), dx.cols, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
         float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
         std::fill_n(image, dx.rows, 0.0f);
         float const* from = patches.data + std::size_t(s) * pixels * rows;
-        for (int oh = 0; oh < out_h; ++oh)
-          for (int ow = 0; ow < out_w; ++ow)
-            for (int kh = 0; kh < kernel; ++kh) {
-              int const ih = oh + kh - pad;
-              for (int kw = 0; kw < kernel; ++kw, from += c) {
-                int const iw = ow + kw - pad;
-                if (ih < 0 || ih >= in.height || iw < 0 || iw >= in.width) continue;
-                float* to = image + (std::size_t(ih) * std::size_t(in.width) + std::size_t(iw)) * std::size_t(c);
-                for (int k = 0; k < c; ++k) to[k] += from[k];
+        for (int oh = 0; oh < Out.height; ++oh)
+          for (int ow = 0; ow < Out.width; ++ow)
+            for (int kh = 0; kh < Kernel; ++kh, from += run) {
+              int const ih = oh + kh - Pad, iw = ow - Pad;
+              if (ih < 0 || ih >= In.height) continue;
+              float* row = image + std::size_t(ih) * std::size_t(In.width) * c;
+              if (iw >= 0 && iw + Kernel <= In.width) {
+                float* to = row + std::size_t(iw) * c;
+                for (int k = 0; k < run; ++k) to[k] += from[k];
+                continue;
+              }
+              for (int kw = 0; kw < Kernel; ++kw) {
+                if (iw + kw < 0 || iw + kw >= In.width) continue;
+                float* to = row + std::size_t(iw + kw) * c;
+                for (int k = 0; k < c; ++k) to[k] += from[kw * c + k];
               }
             }
       }
     });
   }
 
-  // Where the largest value of the pool x pool window at output pixel (oh, ow), channel ch
-  // lies in the image: the first of equal largest values in row order, or the first NaN
-  // (which then propagates, as in Keras and PyTorch).
-  static std::size_t window_max(ImageShape in, int pool, float const* image, int oh, int ow, int ch) {
-    std::size_t best = std::size_t(-1);
-    float best_value = 0.0f;
-    for (int ph = 0; ph < pool; ++ph)
-      for (int pw = 0; pw < pool; ++pw) {
-        std::size_t const at =
-            (std::size_t(oh * pool + ph) * std::size_t(in.width) + std::size_t(ow * pool + pw)) * std::size_t(in.channels) +
-            std::size_t(ch);
-        float const v = image[at];
-        if (std::isnan(v)) return at;
-        if (best == std::size_t(-1) || v > best_value) {
-          best = at;
-          best_value = v;
-        }
+  // Each output pixel's largest value per channel over its Pool x Pool window, and where it
+  // lies: the first of equal largest values in row order, or the first NaN (which then
+  // propagates, as in Keras and PyTorch). The window's pixels are visited in turn, each
+  // compared with all channels at once (they lie side by side). `visit(p, best, at)` gets
+  // output pixel p's maxima and their places in the image (channel k's at at[k] * channels + k).
+  template <ImageShape In, int Pool, class Visit>
+  static void window_maxima(float const* image, Visit&& visit) {
+    constexpr int c = In.channels;
+    std::array<float, c> best;
+    std::array<int, c> at;
+    int p = 0;
+    for (int oh = 0; oh < In.height / Pool; ++oh)
+      for (int ow = 0; ow < In.width / Pool; ++ow, ++p) {
+        int const first = oh * Pool * In.width + ow * Pool;
+        std::copy_n(image + std::size_t(first) * c, c, best.begin());
+        at.fill(first);
+        for (int ph = 0; ph < Pool; ++ph)
+          for (int pw = ph == 0 ? 1 : 0; pw < Pool; ++pw) {
+            int const pixel = first + ph * In.width + pw;
+            float const* v = image + std::size_t(pixel) * c;
+            for (int k = 0; k < c; ++k) {
+              bool const take = v[k] > best[k] || (std::isnan(v[k]) && !std::isnan(best[k]));
+              best[k] = take ? v[k] : best[k];
+              at[k] = take ? pixel : at[k];
+            }
+          }
+        visit(p, best, at);
       }
-    return best;
   }
 
-  static void max_pool(ImageShape in, int pool, ConstMatrixView x, MatrixView y) {
-    int const out_h = in.height / pool, out_w = in.width / pool;
+  template <ImageShape In, int Pool>
+  static void max_pool(ConstMatrixView x, MatrixView y) {
+    constexpr int c = In.channels;
     run_split_columns(x.rows, x.cols, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
-        float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
         float* out = y.data + std::size_t(s) * std::size_t(y.rows);
-        for (int oh = 0; oh < out_h; ++oh)
-          for (int ow = 0; ow < out_w; ++ow)
-            for (int ch = 0; ch < in.channels; ++ch) *out++ = image[window_max(in, pool, image, oh, ow, ch)];
+        window_maxima<In, Pool>(x.data + std::size_t(s) * std::size_t(x.rows),
+                                [&](int p, auto const& best, auto const&) {
+                                  std::copy_n(best.begin(), c, out + std::size_t(p) * c);
+                                });
       }
     });
   }
 
   // dx: each output's dy at the place of its window's largest value, zero elsewhere. The
-  // place is found again from x, as forward found it.
-  static void max_pool_backward(ImageShape in, int pool, ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
-    int const out_h = in.height / pool, out_w = in.width / pool;
+  // place is found again from x, as forward found it. The windows do not overlap, so each
+  // window's pixels are written whole, channels side by side; only the rows and columns past
+  // the last whole window are zeroed apart.
+  template <ImageShape In, int Pool>
+  static void max_pool_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
+    constexpr int c = In.channels, out_width = In.width / Pool;
+    constexpr bool whole = In.height % Pool == 0 && In.width % Pool == 0;
     run_split_columns(x.rows, x.cols, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
-        float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
         float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows);
         float* out = dx.data + std::size_t(s) * std::size_t(dx.rows);
-        std::fill_n(out, dx.rows, 0.0f);
-        for (int oh = 0; oh < out_h; ++oh)
-          for (int ow = 0; ow < out_w; ++ow)
-            for (int ch = 0; ch < in.channels; ++ch) out[window_max(in, pool, image, oh, ow, ch)] += *d++;
+        if constexpr (!whole) std::fill_n(out, dx.rows, 0.0f);
+        window_maxima<In, Pool>(x.data + std::size_t(s) * std::size_t(x.rows), [&](int p, auto const&, auto const& at) {
+          float const* from = d + std::size_t(p) * c;
+          int const corner = (p / out_width) * Pool * In.width + (p % out_width) * Pool;
+          for (int ph = 0; ph < Pool; ++ph)
+            for (int pw = 0; pw < Pool; ++pw) {
+              int const pixel = corner + ph * In.width + pw;
+              float* to = out + std::size_t(pixel) * c;
+              for (int k = 0; k < c; ++k) to[k] = at[k] == pixel ? from[k] : 0.0f;
+            }
+        });
       }
     });
   }
@@ -216,7 +250,7 @@ struct Conv2D {
   template <Backend B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const&) const {
     MatrixView const patches = patches_of(scratch[0], x.cols);
-    ImageMath<B>::gather(In, Kernel, pad, output_shape.height, output_shape.width, x, patches);
+    ImageMath<B>::template gather<In, Kernel, pad, output_shape>(x, patches);
     MatrixView const out{y.data, Filters, pixels * y.cols};  // one column per output pixel
     B::gemm(Transpose::no, Transpose::no, 1.0f, weights(params), patches, 0.0f, out);
     B::add_bias(out, params + kernel_size);
@@ -228,12 +262,12 @@ struct Conv2D {
     float const beta = accumulate ? 1.0f : 0.0f;
     MatrixView const patches = patches_of(scratch[0], x.cols);
     ConstMatrixView const d{dy.data, Filters, pixels * dy.cols};
-    ImageMath<B>::gather(In, Kernel, pad, output_shape.height, output_shape.width, x, patches);
+    ImageMath<B>::template gather<In, Kernel, pad, output_shape>(x, patches);
     B::gemm(Transpose::no, Transpose::yes, 1.0f, d, patches, beta, MatrixView{grads, Filters, patch_rows});
     B::row_sums(d, beta, grads + kernel_size);
     if (dx.data == nullptr) return;
     B::gemm(Transpose::yes, Transpose::no, 1.0f, weights(params), d, 0.0f, patches);  // the patches' gradient
-    ImageMath<B>::scatter(In, Kernel, pad, output_shape.height, output_shape.width, patches, dx);
+    ImageMath<B>::template scatter<In, Kernel, pad, output_shape>(patches, dx);
   }
 
  private:
@@ -259,12 +293,12 @@ struct MaxPool2D {
 
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
-    ImageMath<B>::max_pool(In, Pool, x, y);
+    ImageMath<B>::template max_pool<In, Pool>(x, y);
   }
   template <Backend B>
   void backward(float const*, float*, ConstMatrixView x, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
                 bool) const {
-    if (dx.data != nullptr) ImageMath<B>::max_pool_backward(In, Pool, x, dy, dx);
+    if (dx.data != nullptr) ImageMath<B>::template max_pool_backward<In, Pool>(x, dy, dx);
   }
 };
 
