@@ -68,6 +68,15 @@ TEST_CASE("a convolutional model trains on Mirrored<2> and Mirrored<3> what it t
   Trainer<OneDevice> split({.intra_op_threads = 2});
   split.fit(model, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 30, .seed = 5});
   CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
+
+  // A checkpoint of the trained model loads back bit for bit, and predicts the same.
+  TempDir const dir;
+  save_checkpoint(dir.path / "cnn.safetensors", model);
+  Cnn loaded(1);
+  load_checkpoint(dir.path / "cnn.safetensors", loaded);
+  CHECK(std::equal(model.parameters().begin(), model.parameters().end(), loaded.parameters().begin()));
+  Matrix const x = detail::eigen(fashion().features()).leftCols(20);
+  CHECK(model.predict(x) == loaded.predict(x));
 }
 
 // CentralStorage<N> on the CPU: one copy of the variables, N replicas reducing into it. It
