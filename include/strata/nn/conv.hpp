@@ -64,39 +64,23 @@ struct ImageMath {
 template <>
 struct ImageMath<CpuBackend> {
   // The patches of the images of shape `In` (columns of x) for a Kernel x Kernel window at
-  // each of the out.height x out.width output pixels, `Pad` rows and columns of zeros before
+  // each of the Out.height x Out.width output pixels, `Pad` rows and columns of zeros before
   // the first: patches is (Kernel * Kernel * channels) x (pixels * samples), column
   // p + pixels * s holding pixel p of sample s, rows in (row of kernel, column, channel)
-  // order. A kernel row's Kernel * channels values lie side by side in the image too, so
-  // they are copied as one run of a size known at compile time.
+  // order. A kernel row's Kernel * channels values lie side by side in the image too, so a
+  // row inside the image is copied as one run of a size known at compile time.
   template <ImageShape In, int Kernel, int Pad, ImageShape Out>
   static void gather(ConstMatrixView x, MatrixView patches) {
-    constexpr int c = In.channels, run = Kernel * c;
-    constexpr std::size_t rows = std::size_t(Kernel) * run, pixels = std::size_t(Out.height) * Out.width;
-    run_split_columns(int(rows * pixels), x.cols, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) {
-        float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
-        float* out = patches.data + std::size_t(s) * pixels * rows;
-        for (int oh = 0; oh < Out.height; ++oh)
-          for (int ow = 0; ow < Out.width; ++ow)
-            for (int kh = 0; kh < Kernel; ++kh, out += run) {
-              int const ih = oh + kh - Pad, iw = ow - Pad;
-              if (ih < 0 || ih >= In.height) {
-                std::fill_n(out, run, 0.0f);
-                continue;
-              }
-              float const* row = image + std::size_t(ih) * std::size_t(In.width) * c;
-              if (iw >= 0 && iw + Kernel <= In.width) {
-                std::memcpy(out, row + std::size_t(iw) * c, sizeof(float) * run);
-                continue;
-              }
-              for (int kw = 0; kw < Kernel; ++kw) {  // at the left or right edge
-                float* to = out + kw * c;
-                if (iw + kw < 0 || iw + kw >= In.width) std::fill_n(to, c, 0.0f);
-                else std::memcpy(to, row + std::size_t(iw + kw) * c, sizeof(float) * c);
-              }
-            }
+    constexpr int run = Kernel * In.channels;
+    for_each_kernel_row<In, Kernel, Pad, Out>(x.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
+      float* out = patches.data + at;
+      float const* image = x.data + std::size_t(s) * std::size_t(x.rows);  // + pixel only where inside
+      if (lo == 0 && hi == Kernel) {
+        std::memcpy(out, image + pixel, sizeof(float) * run);
+        return;
       }
+      std::fill_n(out, run, 0.0f);
+      if (lo < hi) std::copy_n(image + pixel + lo * In.channels, (hi - lo) * In.channels, out + lo * In.channels);
     });
   }
 
@@ -104,29 +88,40 @@ struct ImageMath<CpuBackend> {
   // where gather took them (the padding's are dropped).
   template <ImageShape In, int Kernel, int Pad, ImageShape Out>
   static void scatter(ConstMatrixView patches, MatrixView dx) {
+    run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
+      std::fill_n(dx.data + std::size_t(first) * std::size_t(dx.rows), std::size_t(count) * std::size_t(dx.rows), 0.0f);
+    });
+    for_each_kernel_row<In, Kernel, Pad, Out>(dx.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
+      float const* from = patches.data + at;
+      float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
+      if (lo == 0 && hi == Kernel) {
+        for (int k = 0; k < Kernel * In.channels; ++k) image[pixel + k] += from[k];
+        return;
+      }
+      for (int k = lo * In.channels; k < hi * In.channels; ++k) image[pixel + k] += from[k];
+    });
+  }
+
+  // The walk gather and scatter share, over the samples [0, samples) split over the intra-op
+  // team: row(s, at, pixel, lo, hi) for every kernel row of every patch of sample s, `at`
+  // the row's first value in patches, `pixel` where the row's first value lies in the image
+  // (an offset into sample s's column, outside it where the row starts in the padding), and
+  // [lo, hi) the kernel columns that lie inside the image (none for a row in the padding).
+  template <ImageShape In, int Kernel, int Pad, ImageShape Out, class Row>
+  static void for_each_kernel_row(int samples, Row&& row) {
     constexpr int c = In.channels, run = Kernel * c;
     constexpr std::size_t rows = std::size_t(Kernel) * run, pixels = std::size_t(Out.height) * Out.width;
-    run_split_columns(int(rows * pixels), dx.cols, [&](int first, int count) {
+    run_split_columns(int(rows * pixels), samples, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
-        float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
-        std::fill_n(image, dx.rows, 0.0f);
-        float const* from = patches.data + std::size_t(s) * pixels * rows;
+        std::size_t at = std::size_t(s) * pixels * rows;
         for (int oh = 0; oh < Out.height; ++oh)
           for (int ow = 0; ow < Out.width; ++ow)
-            for (int kh = 0; kh < Kernel; ++kh, from += run) {
+            for (int kh = 0; kh < Kernel; ++kh, at += run) {
               int const ih = oh + kh - Pad, iw = ow - Pad;
-              if (ih < 0 || ih >= In.height) continue;
-              float* row = image + std::size_t(ih) * std::size_t(In.width) * c;
-              if (iw >= 0 && iw + Kernel <= In.width) {
-                float* to = row + std::size_t(iw) * c;
-                for (int k = 0; k < run; ++k) to[k] += from[k];
-                continue;
-              }
-              for (int kw = 0; kw < Kernel; ++kw) {
-                if (iw + kw < 0 || iw + kw >= In.width) continue;
-                float* to = row + std::size_t(iw + kw) * c;
-                for (int k = 0; k < c; ++k) to[k] += from[kw * c + k];
-              }
+              bool const inside = ih >= 0 && ih < In.height;
+              int const lo = inside ? std::clamp(-iw, 0, Kernel) : 0;
+              int const hi = inside ? std::clamp(In.width - iw, 0, Kernel) : 0;
+              row(s, at, (std::ptrdiff_t(ih) * In.width + iw) * c, lo, hi);
             }
       }
     });
