@@ -7,6 +7,10 @@
 //                              float peak of Zen 5, whose AVX-512 units are full width
 //   Peak/bf16_dot/avx512       VDPBF16PS, 32 bf16 products summed into 16 floats (skipped
 //                              without AVX512_BF16): what oneDNN's bf16 matmul runs on
+//                              where there is no AMX, and strata's own bf16 kernel
+//   Peak/bf16_amx              TDPBF16PS, a 16x32 by 32x16 bf16 tile product summed into a
+//                              16x16 float tile (skipped without AMX-BF16): what oneDNN's
+//                              bf16 matmul runs on Intel Sapphire Rapids and later
 // on one thread and on two, each with twelve independent accumulators, so the loop is bound
 // by the multiply units and not by an instruction's latency. FLOP counts a multiply and an
 // add as two, as GEMM rates do. And the memory's ceiling for the update of a step:
@@ -16,8 +20,12 @@
 // Run: build/benchmarks/cpu_peak --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -72,6 +80,51 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) float avx512_loop() {
   return _mm512_cvtss_f32(s);
 }
 
+// AMX: four accumulator tiles, each the sum of one pair of the four source tiles, so four
+// independent tile products are in flight, as in oneDNN's kernels. Linux hands a process
+// the tile registers' state only once it asks (ARCH_REQ_XCOMP_PERM for XTILEDATA).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14]{};
+  std::uint16_t bytes_per_row[16]{};
+  std::uint8_t rows[16]{};
+};
+
+bool amx_usable() {
+  constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("amx-bf16") &&
+         syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+}
+
+constexpr long amx_instructions_per_round = 4;
+
+__attribute__((target("amx-tile,amx-bf16"), noinline)) float amx_loop() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.bytes_per_row[t] = 64;
+  _tile_loadconfig(&config);
+  // bf16 1.0 and a small bf16, so the sums stay finite.
+  alignas(64) std::uint16_t ones[16 * 32], small[16 * 32];
+  std::fill_n(ones, 16 * 32, std::uint16_t{0x3f80});
+  std::fill_n(small, 16 * 32, std::uint16_t{0x3000});
+  alignas(64) float out[16 * 16];
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, small, 64);
+  _tile_loadd(6, small, 64);
+  _tile_loadd(7, ones, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long r = 0; r < rounds_per_iteration / 8; ++r) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 6, 5);
+    _tile_dpbf16ps(3, 6, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
 template <float (*Kernel)(), int FlopsPerInstruction>
 void peak(benchmark::State& state, char const* feature, bool supported) {
   if (!supported) {
@@ -92,12 +145,25 @@ void fp32_fma_avx512(benchmark::State& state) {
 void bf16_dot_avx512(benchmark::State& state) {
   peak<avx512_loop<Wide::bf16_dot>, 32 * 2>(state, "AVX512_BF16", __builtin_cpu_supports("avx512bf16"));
 }
+void bf16_amx(benchmark::State& state) {
+  static bool const usable = amx_usable();
+  if (!usable) {
+    state.SkipWithError("skipped: this CPU has no AMX-BF16 (or Linux refused the tile state)");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(amx_loop());
+  // rounds_per_iteration / 8 rounds of four tile products, each 16 x 16 x 32 multiply-adds.
+  double const flops = double(state.iterations()) * double(rounds_per_iteration / 8) * amx_instructions_per_round *
+                       16 * 16 * 32 * 2;
+  state.counters["FLOP"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+}
 
 // Threads(2): both threads run the loop at once and the rates add up (Google Benchmark sums
 // a rate counter over threads).
 BENCHMARK(fp32_fma_avx2)->Name("Peak/fp32_fma/avx2")->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(fp32_fma_avx512)->Name("Peak/fp32_fma/avx512")->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bf16_dot_avx512)->Name("Peak/bf16_dot/avx512")->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(bf16_amx)->Name("Peak/bf16_amx")->Threads(1)->Threads(2)->UseRealTime();
 
 // Each thread updates its share of the parameters. Iterations take four sets of weights,
 // momentum and gradient in turn (90 MB, almost three times the L3 of a Zen 3 or Zen 4

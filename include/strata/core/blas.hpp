@@ -8,7 +8,9 @@
 // own thread pool would oversubscribe the cores. strata therefore sets OpenBLAS to one
 // thread, once, before main, in any program that includes it with STRATA_OPENBLAS.
 
+#include <array>
 #include <string>
+#include <string_view>
 
 #if defined(STRATA_OPENBLAS)
 extern "C" {
@@ -31,14 +33,34 @@ inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), tru
 
 #endif
 
+// What to tell a user whose OpenBLAS picked `corename`'s kernels on a CPU with AVX2 (and
+// AVX-512): "" where they use those instructions. An OpenBLAS older than the CPU does not
+// recognise it and falls back to its SSE3 kernels ("Prescott"): Debian 12's 0.3.21 does so on
+// Intel Emerald Rapids, where its products ran 6-8 times slower than with SkylakeX's kernels
+// (docs/benchmarks.md). OpenBLAS picks them before main, from OPENBLAS_CORETYPE alone.
+[[nodiscard]] inline std::string openblas_kernel_note(std::string_view corename, bool avx2, bool avx512) {
+  // OpenBLAS's x86-64 kernels that use AVX2 or AVX-512 (its DYNAMIC_ARCH core names).
+  constexpr std::array<std::string_view, 6> wide = {"Haswell",    "Excavator",  "Zen",
+                                                    "SkylakeX", "Cooperlake", "SapphireRapids"};
+  if (!avx2) return "";
+  for (std::string_view const name : wide)
+    if (corename == name) return "";
+  return std::string(" (this OpenBLAS does not know this CPU and runs kernels without AVX2, several times slower: "
+                     "run with OPENBLAS_CORETYPE=") +
+         (avx512 ? "SkylakeX" : "Haswell") + ", or link strata::dnnl)";
+}
+
 #if defined(STRATA_DNNL)
 // oneDNN runs the products: core/dnnl.hpp defines cpu_gemm_engine().
 #elif defined(STRATA_OPENBLAS)
-// "OpenBLAS 0.3.21, Zen kernels": the version and the kernels picked for this CPU.
+// "OpenBLAS 0.3.21, Zen kernels": the version and the kernels picked for this CPU, and a
+// hint where they leave out its AVX2.
 inline std::string cpu_gemm_engine() {
   std::string const config = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
   auto const version_end = config.find(' ', config.find(' ') + 1);
-  return config.substr(0, version_end) + ", " + openblas_get_corename() + " kernels";
+  std::string const core = openblas_get_corename();
+  return config.substr(0, version_end) + ", " + core + " kernels" +
+         openblas_kernel_note(core, __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"));
 }
 #elif defined(EIGEN_USE_BLAS)
 // EIGEN_USE_BLAS defined by hand: some BLAS library runs the products, at its own thread count.
