@@ -76,7 +76,6 @@ TEST_CASE("the program runs oneDNN and its first line says what MixedPrecision m
   std::string const engine = cpu_gemm_engine();
   CHECK(engine.rfind("oneDNN ", 0) == 0);
   CHECK(engine.find(!bf16_products_available() ? "(float products under MixedPrecision: no AVX512_BF16)"
-                    : detail::amx_products()     ? "(bf16 products under MixedPrecision, strata's AMX kernel)"
                     : bf16_kernel_products()     ? "(bf16 products under MixedPrecision, strata's bf16 kernel)"
                                                  : "(bf16 products under MixedPrecision, oneDNN's matmul)") !=
         std::string::npos);

@@ -4,10 +4,10 @@
 // products. Float products run `dnnl_sgemm`. Where a mixed-precision pass has bound bf16
 // products (core/product_precision.hpp) and the CPU has bf16 dot products (AVX512_BF16,
 // AMX), the inputs are rounded to bf16 and multiplied with float sums, about twice the float
-// rate (docs/benchmarks.md). strata's own kernels multiply the products whose first factor
-// is not transposed (the weights, in Dense's forward, as the update packed them, and dy in
-// its weight gradient): on AMX its tile kernel (core/amx_gemm.hpp), elsewhere on
-// AVX512_BF16 its dot-product kernel (core/bf16_gemm.hpp); oneDNN's matmul the others.
+// rate (docs/benchmarks.md). On AVX512_BF16, strata's own kernel (core/bf16_gemm.hpp)
+// multiplies the products whose first factor is not transposed (the weights, in Dense's
+// forward, as the update packed them) and oneDNN's matmul the others; on AMX, oneDNN's
+// matmul all of them, since its tile units outrun any dot-product kernel.
 // What the CPU has is asked once per process.
 //
 // Replicas are strata's threads, so every product runs on the thread that calls it: each
@@ -26,7 +26,6 @@
 #include <utility>
 #include <vector>
 
-#include "strata/core/amx_gemm.hpp"
 #include "strata/core/bf16_gemm.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/core/intra_op.hpp"
@@ -322,16 +321,7 @@ class DnnlBf16Products {
   std::vector<bf16> a_, b_;
 };
 
-// Whether the tile units run strata's bf16 products: oneDNN sees AMX (DNNL_MAX_CPU_ISA lowers
-// it) and Linux lets this process use the tile state. Asked once.
-inline bool amx_products() {
-  static bool const amx = (dnnl_isa() & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx &&
-                          bf16_gemm::available() && amx_gemm::available();
-  return amx;
-}
-
-// c = alpha * a op(b) + beta * c on strata's bf16 kernel (on AMX its tile kernel, which takes
-// the same packed a and lays out op(b) a row per column), split over the bound intra-op team
+// c = alpha * a op(b) + beta * c on strata's bf16 kernel, split over the bound intra-op team
 // into `parts` of c's columns: a (in Dense's and attention's products, the weights) is the
 // kernel's packed first factor, read from its packed copy where one is bound (the update
 // writes it) or packed here, each part packing a share of its panels before any part
@@ -371,12 +361,6 @@ inline void kernel_bf16_gemm(bool trans_b, float alpha, ConstMatrixView a, Const
   run_intra_op(parts, [&](int p) {
     auto const [first, count] = split_columns(c.cols, parts, p);
     with_factor(b, b_copy, trans_b, [&](auto factor) {
-      if (amx_products()) {
-        own.resize(amx_gemm::rows_size(k, count));
-        amx_gemm::pack_rows(own.data(), factor.from(0, first), k, count);
-        amx_gemm::multiply(packed, own.data(), m, count, k, alpha, beta, c.columns(first, count).data, c.rows);
-        return;
-      }
       own.resize(gemm::packed_b_size(k, count));
       gemm::ColumnPairs const columns = gemm::columns_of(factor.from(0, first), k, count, own.data());
       gemm::multiply(packed, columns, m, count, k, alpha, beta, c.columns(first, count).data, c.rows);
@@ -405,13 +389,12 @@ inline bool bf16_products_available() {
   return available;
 }
 
-// Whether strata's bf16 kernels multiply them: the tile kernel on AMX (core/amx_gemm.hpp),
-// the dot-product one on AVX512_BF16 without it (core/bf16_gemm.hpp). Where oneDNN sees AMX
-// but Linux refuses this process the tile state, oneDNN's matmul does. Asked once.
+// Whether strata's bf16 kernel multiplies them (core/bf16_gemm.hpp): on AVX512_BF16 without
+// AMX. Asked once.
 inline bool bf16_kernel_products() {
   static bool const kernel =
       bf16_products_available() && bf16_gemm::available() &&
-      ((detail::dnnl_isa() & dnnl_cpu_isa_avx512_core_amx) != dnnl_cpu_isa_avx512_core_amx || detail::amx_products());
+      (detail::dnnl_isa() & dnnl_cpu_isa_avx512_core_amx) != dnnl_cpu_isa_avx512_core_amx;
   return kernel;
 }
 
@@ -423,7 +406,6 @@ inline std::string cpu_gemm_engine() {
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", " +
          detail::dnnl_isa_name(detail::dnnl_isa()) +
          (!bf16_products_available() ? " (float products under MixedPrecision: no AVX512_BF16)"
-          : detail::amx_products()   ? " (bf16 products under MixedPrecision, strata's AMX kernel)"
           : bf16_kernel_products()   ? " (bf16 products under MixedPrecision, strata's bf16 kernel)"
                                      : " (bf16 products under MixedPrecision, oneDNN's matmul)");
 }
