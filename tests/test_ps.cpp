@@ -405,6 +405,17 @@ TEST_CASE_TEMPLATE("Trainer<ParameterServer> with steps_per_epoch and validation
   CHECK(run.ends.micro == std::vector<std::int64_t>{8, 16, 24, 32, 40, 48});
 }
 
+// validation_split sets apart the last 61 of the 610 samples (Keras: ceil(610 * 0.9) = 549
+// train) for both trainers; one that trained on all 610 would end with other weights.
+TEST_CASE("Trainer<ParameterServer> with validation_split trains and validates what OneDevice does") {
+  auto const run = train_against_one_device<Accumulating<ParameterServer<2, 1>>>(
+      {.epochs = 2, .batch_size = 30, .validation_split = 0.1, .seed = 5});
+  REQUIRE(run.trained["val_loss"].size() == 2);
+  for (std::size_t i = 0; i < 2; ++i)
+    CHECK(run.trained["val_loss"][i] == doctest::Approx(run.expected["val_loss"][i]).epsilon(1e-6));
+  CHECK(run.ends.batches == 2 * 19);  // 549 samples at 30: 19 batches a pass
+}
+
 // A server takes the steps numbered below a restored count as applied, so a backup written
 // with another K (whose epochs count other steps) is refused, not resumed with steps skipped.
 TEST_CASE("Trainer<ParameterServer, GradAccum<K>> refuses a backup written with another K, which keeps it") {

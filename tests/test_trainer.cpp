@@ -591,6 +591,60 @@ TEST_CASE("validation_freq: validation after every n-th epoch only, the same fig
   CHECK(best.saves == 1 + int(h["val_loss"][1] < h["val_loss"][0]));
 }
 
+TEST_CASE("validation_split: the last samples before shuffling validate and are not trained on, as Keras picks them") {
+  // Keras: split_at = ceil(n * (1 - validation_split)); for 100 samples and 0.15, 85 train.
+  Dataset const data = fashion().take(100);
+  auto const run = [&](Dataset const& train, FitOptions const& options) {
+    PlainModel model(4);
+    History h = Trainer<Mirrored<2>>().fit(model, Sgd{}, SoftmaxCrossEntropy{}, train, options);
+    return std::pair(std::move(h), std::vector<float>(model.parameters().begin(), model.parameters().end()));
+  };
+  auto const [split, split_weights] = run(data, {.epochs = 2, .batch_size = 16, .validation_split = 0.15, .seed = 3});
+  auto const [given, given_weights] =
+      run(data.take(85), {.epochs = 2, .batch_size = 16, .validation = data.skip(85), .seed = 3});
+  CHECK(split_weights == given_weights);
+  CHECK(split["loss"] == given["loss"]);
+  CHECK(split["val_loss"] == given["val_loss"]);
+  REQUIRE(split["val_accuracy"].size() == 2);
+  CHECK(split["val_accuracy"] == given["val_accuracy"]);
+  // One sample fewer trained on is another run: the split is not 86 / 14.
+  auto const [other, other_weights] =
+      run(data.take(86), {.epochs = 2, .batch_size = 16, .validation = data.skip(86), .seed = 3});
+  CHECK(other_weights != split_weights);
+  // Keras' rounding up, where the product is not whole: 10 samples, 0.25 -> ceil(7.5) = 8 train.
+  CHECK(train::split_validation(fashion().take(10), {.validation_split = 0.25}).train.size() == 8);
+  CHECK(train::split_validation(fashion().take(10), {.validation_split = 0.25}).options.validation->size() == 2);
+  CHECK(train::split_validation(fashion().take(600), {.validation_split = 0.1}).train.size() == 540);
+}
+
+TEST_CASE("validation_split: bad values and combinations name themselves and train nothing") {
+  PlainModel model(9);
+  std::vector<float> const before(model.parameters().begin(), model.parameters().end());
+  Trainer<> trainer;
+  auto const fit = [&](FitOptions const& options) { trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{}, fashion().take(10), options); };
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation_split = 1.0}),
+                       "fit: validation_split 1 must be in [0, 1): the fraction of the training data that validates",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation_split = -0.1}), doctest::Contains("validation_split -0.1 must be in [0, 1)"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation_split = std::nan("")}), doctest::Contains("must be in [0, 1)"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation = fashion().take(4), .validation_split = 0.2}),
+                       "fit: validation_split 0.2 and FitOptions::validation are both given; give one of them", ConfigError);
+  CHECK_THROWS_WITH_AS(fit({.batch_size = 8, .validation_split = 0.01}),
+                       "fit: validation_split 0.01 of 10 samples leaves no sample to validate; give a fraction that sets "
+                       "apart between 1 and 9 samples",
+                       DataError);
+  // Per-worker input has no one dataset to split.
+  CHECK_THROWS_WITH_AS(trainer.fit(model, Sgd{}, SoftmaxCrossEntropy{},
+                                   strategy::PerWorker{[](strategy::InputContext const&) { return fashion().take(10); }},
+                                   {.batch_size = 8, .validation_split = 0.2}),
+                       doctest::Contains("needs one training Dataset to split"), ConfigError);
+  // validation_freq counts a split's validation as validation.
+  CHECK_NOTHROW(train::check_fit_options({.validation_split = 0.2, .validation_freq = 2}));
+  CHECK(std::vector<float>(model.parameters().begin(), model.parameters().end()) == before);
+}
+
 TEST_CASE("steps_per_epoch and validation_freq: bad values name themselves and train nothing") {
   PlainModel model(9);
   std::vector<float> const before(model.parameters().begin(), model.parameters().end());

@@ -89,11 +89,14 @@ class BasicTrainer<Config> {
   [[nodiscard]] ps::TrainerOptions const& options() const { return options_; }
 
   template <class Model, optim::Optimizer Opt, nn::Loss LossFn, class... Cs>
-  History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& train,
-              FitOptions const& options, Cs&&... callbacks) {
+  History fit(Model& model, Opt const& optimizer, LossFn const& loss, data::Dataset const& all_training,
+              FitOptions const& all_options, Cs&&... callbacks) {
     detail::Callbacks<std::remove_cvref_t<Cs>...> const hooks;
-    check_fit_options(options);
-    check_dataset<Model>(loss, train, "fit: the training dataset");
+    check_fit_options(all_options);
+    check_dataset<Model>(loss, all_training, "fit: the training dataset");
+    SplitTraining const split = split_validation(all_training, all_options);
+    data::Dataset const& train = split.train;
+    FitOptions const& options = split.options;
     if (options.validation) check_dataset<Model>(loss, *options.validation, "fit: the validation dataset");
     strategy::SharedInput const input(train, options.batch_size, options.shuffle, options.seed, options.prefetch);
     std::int64_t const per_epoch = strategy::steps_in_epoch(options.steps_per_epoch, input.batches_per_pass());

@@ -8,6 +8,7 @@
 //                              {.epochs = 10, .batch_size = 128, .validation = test}, strata::ProgressBar{});
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <span>
 #include <string>
@@ -41,6 +42,10 @@ struct FitOptions {
   int epochs = 1;
   int batch_size = 32;                        // global batch: all replicas together, one micro-batch
   std::optional<data::Dataset> validation{};  // evaluated after every epoch (val_loss, val_accuracy)
+  // In (0, 1): the last samples of the training dataset, before shuffling, are set apart as
+  // the validation data and not trained on (Keras' validation_split: the first
+  // ceil(n * (1 - validation_split)) samples train). 0: none. Not with `validation`.
+  double validation_split = 0.0;
   bool shuffle = true;                        // a fresh seeded order every epoch
   std::uint64_t seed = 0;                     // shuffling and dropout
   int prefetch = 1;                           // shuffled batches gathered ahead on a background thread
@@ -64,9 +69,36 @@ inline void check_fit_options(FitOptions const& options) {
   if (options.validation_freq < 1)
     throw ConfigError(strata::detail::message("fit: validation_freq ", options.validation_freq,
                                               " must be >= 1 (1: validate after every epoch)"));
-  if (options.validation_freq != 1 && !options.validation)
+  if (!(options.validation_split >= 0.0 && options.validation_split < 1.0))
+    throw ConfigError(strata::detail::message("fit: validation_split ", options.validation_split,
+                                              " must be in [0, 1): the fraction of the training data that validates"));
+  if (options.validation_split > 0.0 && options.validation)
+    throw ConfigError(strata::detail::message("fit: validation_split ", options.validation_split,
+                                              " and FitOptions::validation are both given; give one of them"));
+  if (options.validation_freq != 1 && !options.validation && options.validation_split == 0.0)
     throw ConfigError(strata::detail::message("fit: validation_freq ", options.validation_freq,
                                               " without FitOptions::validation; give the validation dataset"));
+}
+
+// The training data and options that fit runs: with validation_split, `train`'s first
+// ceil(n * (1 - validation_split)) samples (Keras' formula, so the same samples as Keras
+// picks) and the rest as `validation`; else both as given. Both parts must hold a sample.
+struct SplitTraining {
+  data::Dataset train;
+  FitOptions options;
+};
+[[nodiscard]] inline SplitTraining split_validation(data::Dataset const& train, FitOptions const& options) {
+  if (options.validation_split == 0.0) return {train, options};
+  std::size_t const n = train.size();
+  auto const kept = std::size_t(std::ceil(double(n) * (1.0 - options.validation_split)));
+  if (kept == 0 || kept >= n)
+    throw DataError(strata::detail::message("fit: validation_split ", options.validation_split, " of ", n, " samples leaves ",
+                                            kept >= n ? "no sample to validate" : "no sample to train",
+                                            "; give a fraction that sets apart between 1 and ", n - 1, " samples"));
+  FitOptions split = options;
+  split.validation = train.skip(kept);
+  split.validation_split = 0.0;
+  return {train.take(kept), std::move(split)};
 }
 
 // What the callbacks learn at on_train_begin (`batches_per_pass`: the input's).
@@ -126,8 +158,9 @@ class BasicTrainer {
               FitOptions const& options, Cs&&... callbacks) {
     check_fit_options(options);
     check_dataset<Model>(loss, train, "fit: the training dataset");
-    strategy::SharedInput const input(train, options.batch_size, options.shuffle, options.seed, options.prefetch);
-    return fit_from(model, optimizer, loss, input, options, std::forward<Cs>(callbacks)...);
+    SplitTraining const split = split_validation(train, options);
+    strategy::SharedInput const input(split.train, options.batch_size, options.shuffle, options.seed, options.prefetch);
+    return fit_from(model, optimizer, loss, input, split.options, std::forward<Cs>(callbacks)...);
   }
 
   // Each worker trains on the data input.make(InputContext) returns for it, in local batches
@@ -137,6 +170,10 @@ class BasicTrainer {
   History fit(Model& model, Opt const& optimizer, LossFn const& loss, strategy::PerWorker<Make> const& input,
               FitOptions const& options, Cs&&... callbacks) {
     check_fit_options(options);
+    if (options.validation_split > 0.0)
+      throw ConfigError(strata::detail::message("fit: validation_split ", options.validation_split,
+                                                " needs one training Dataset to split; with per-worker input give "
+                                                "FitOptions::validation"));
     auto const worker_input = strategy_.worker_input(
         "fit", input.make, [&](data::Dataset const& local) { check_dataset<Model>(loss, local, "fit: this worker's dataset"); },
         options.batch_size, options.shuffle, options.seed, options.prefetch);
