@@ -96,7 +96,9 @@ struct SplitTraining {
                                             kept >= n ? "no sample to validate" : "no sample to train",
                                             "; give a fraction that sets apart between 1 and ", n - 1, " samples"));
   FitOptions split = options;
-  split.validation = train.skip(kept);
+  if (split.validation)  // (check_fit_options refuses both; on this path GCC then sees no dataset to replace)
+    throw ConfigError("fit: validation_split and FitOptions::validation are both given; give one of them");
+  split.validation.emplace(train.skip(kept));
   split.validation_split = 0.0;
   return {train.take(kept), std::move(split)};
 }
