@@ -87,21 +87,30 @@ struct SplitTraining {
   data::Dataset train;
   FitOptions options;
 };
+// (GCC 12 at -O1, with or without sanitizers, takes the Dataset in the options' optional for
+// one that may not be there when it is destroyed: a false maybe-uninitialized.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 [[nodiscard]] inline SplitTraining split_validation(data::Dataset const& train, FitOptions const& options) {
   if (options.validation_split == 0.0) return {train, options};
+  if (options.validation)  // (check_fit_options refuses this too)
+    throw ConfigError("fit: validation_split and FitOptions::validation are both given; give one of them");
   std::size_t const n = train.size();
   auto const kept = std::size_t(std::ceil(double(n) * (1.0 - options.validation_split)));
   if (kept == 0 || kept >= n)
     throw DataError(strata::detail::message("fit: validation_split ", options.validation_split, " of ", n, " samples leaves ",
                                             kept >= n ? "no sample to validate" : "no sample to train",
                                             "; give a fraction that sets apart between 1 and ", n - 1, " samples"));
-  FitOptions split = options;
-  if (split.validation)  // (check_fit_options refuses both; on this path GCC then sees no dataset to replace)
-    throw ConfigError("fit: validation_split and FitOptions::validation are both given; give one of them");
-  split.validation.emplace(train.skip(kept));
-  split.validation_split = 0.0;
-  return {train.take(kept), std::move(split)};
+  SplitTraining out{train.take(kept), options};
+  out.options.validation.emplace(train.skip(kept));
+  out.options.validation_split = 0.0;
+  return out;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // What the callbacks learn at on_train_begin (`batches_per_pass`: the input's).
 [[nodiscard]] inline TrainBegin train_begin_info(FitOptions const& options, std::int64_t batches_per_pass,
