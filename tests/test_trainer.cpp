@@ -612,8 +612,9 @@ TEST_CASE("validation_split: the last samples before shuffling validate and are 
       run(data.take(86), {.epochs = 2, .batch_size = 16, .validation = data.skip(86), .seed = 3});
   CHECK(other_weights != split_weights);
   // Keras' rounding up, where the product is not whole: 10 samples, 0.25 -> ceil(7.5) = 8 train.
-  CHECK(train::split_validation(fashion().take(10), {.validation_split = 0.25}).train.size() == 8);
-  CHECK(train::split_validation(fashion().take(10), {.validation_split = 0.25}).options.validation->size() == 2);
+  train::SplitTraining const ten = train::split_validation(fashion().take(10), {.validation_split = 0.25});
+  CHECK(ten.train.size() == 8);
+  CHECK(ten.options.validation->size() == 2);
   CHECK(train::split_validation(fashion().take(600), {.validation_split = 0.1}).train.size() == 540);
 }
 

@@ -72,9 +72,6 @@ inline void check_fit_options(FitOptions const& options) {
   if (!(options.validation_split >= 0.0 && options.validation_split < 1.0))
     throw ConfigError(strata::detail::message("fit: validation_split ", options.validation_split,
                                               " must be in [0, 1): the fraction of the training data that validates"));
-  if (options.validation_split > 0.0 && options.validation)
-    throw ConfigError(strata::detail::message("fit: validation_split ", options.validation_split,
-                                              " and FitOptions::validation are both given; give one of them"));
   if (options.validation_freq != 1 && !options.validation && options.validation_split == 0.0)
     throw ConfigError(strata::detail::message("fit: validation_freq ", options.validation_freq,
                                               " without FitOptions::validation; give the validation dataset"));
@@ -82,7 +79,9 @@ inline void check_fit_options(FitOptions const& options) {
 
 // The training data and options that fit runs: with validation_split, `train`'s first
 // ceil(n * (1 - validation_split)) samples (Keras' formula, so the same samples as Keras
-// picks) and the rest as `validation`; else both as given. Both parts must hold a sample.
+// picks) and the rest as `validation`; else both as given. Both parts must hold a sample,
+// and a split with `validation` given as well is refused here (every fit on a Dataset
+// splits; per-worker input refuses validation_split).
 struct SplitTraining {
   data::Dataset train;
   FitOptions options;
@@ -95,8 +94,9 @@ struct SplitTraining {
 #endif
 [[nodiscard]] inline SplitTraining split_validation(data::Dataset const& train, FitOptions const& options) {
   if (options.validation_split == 0.0) return {train, options};
-  if (options.validation)  // (check_fit_options refuses this too)
-    throw ConfigError("fit: validation_split and FitOptions::validation are both given; give one of them");
+  if (options.validation)
+    throw ConfigError(strata::detail::message("fit: validation_split ", options.validation_split,
+                                              " and FitOptions::validation are both given; give one of them"));
   std::size_t const n = train.size();
   auto const kept = std::size_t(std::ceil(double(n) * (1.0 - options.validation_split)));
   if (kept == 0 || kept >= n)
