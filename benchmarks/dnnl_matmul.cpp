@@ -68,7 +68,7 @@ void matmul(benchmark::State& state, int n, int k, int m, tag src_layout, tag we
 // The same product with the weights in the layout oneDNN's matmul picks for itself
 // (format_tag::any), reordered once outside the loop: what a plain layout costs it, which on
 // AMX is a copy of the weights into tile order inside every product.
-void matmul_blocked(benchmark::State& state, int n, int k, int m, tag src_layout, bool reorder_every_time = false) {
+void matmul_blocked(benchmark::State& state, int n, int k, int m, tag src_layout) {
   if (!strata::bf16_products_available()) {
     state.SkipWithError("skipped: no AVX512_BF16");
     return;
@@ -84,9 +84,7 @@ void matmul_blocked(benchmark::State& state, int n, int k, int m, tag src_layout
   std::fill_n(static_cast<std::uint16_t*>(plain.get_data_handle()), std::size_t(k) * m, std::uint16_t(0x3c00));
   dnnl::reorder(plain, weights).execute(stream, plain, weights);
   dnnl::matmul const product(pd);
-  dnnl::reorder const reorder(plain, weights);
   for (auto _ : state) {
-    if (reorder_every_time) reorder.execute(stream, plain, weights);
     product.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     stream.wait();
   }
@@ -109,18 +107,6 @@ BENCHMARK(forward_1024_256_blocked)->Name("Matmul/forward_1024/256/blocked_weigh
 BENCHMARK(forward_784)->Name("Matmul/forward_784/128")->UseRealTime()->ThreadRange(1, 2);
 BENCHMARK(weight_gradient_1024)->Name("Matmul/weight_gradient_1024/128")->UseRealTime()->ThreadRange(1, 2);
 BENCHMARK(weight_gradient_784)->Name("Matmul/weight_gradient_784/128")->UseRealTime()->ThreadRange(1, 2);
-void wg_half_ba(benchmark::State& s) { matmul(s, 512, 256, 1024, tag::ba, tag::ab); }
-void wg_half_ab(benchmark::State& s) { matmul(s, 512, 256, 1024, tag::ab, tag::ab); }
-void wg_half_ba_blocked(benchmark::State& s) { matmul_blocked(s, 512, 256, 1024, tag::ba, true); }
-void wg_half_ab_blocked(benchmark::State& s) { matmul_blocked(s, 512, 256, 1024, tag::ab, true); }
-void wg_half_ab_blocked_once(benchmark::State& s) { matmul_blocked(s, 512, 256, 1024, tag::ab, false); }
-BENCHMARK(wg_half_ba)->Name("X/wg_half/ba")->UseRealTime();
-BENCHMARK(wg_half_ab)->Name("X/wg_half/ab")->UseRealTime();
-BENCHMARK(wg_half_ba_blocked)->Name("X/wg_half/ba_blocked_each")->UseRealTime();
-BENCHMARK(wg_half_ab_blocked)->Name("X/wg_half/ab_blocked_each")->UseRealTime();
-BENCHMARK(wg_half_ab_blocked_once)->Name("X/wg_half/ab_blocked_once")->UseRealTime();
-void ig_blocked_each(benchmark::State& s) { matmul_blocked(s, 128, 1024, 1024, tag::ab, true); }
-BENCHMARK(ig_blocked_each)->Name("X/fwd_1024/blocked_each")->UseRealTime();
 BENCHMARK(input_gradient_1024)->Name("Matmul/input_gradient_1024/128")->UseRealTime()->ThreadRange(1, 2);
 
 // strata's kernel on c (m x n) = op(a) (m x k) op(b) (k x n), column-major as Dense holds

@@ -11,11 +11,9 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 #include "strata/core/eigen.hpp"
 
-#include "strata/core/bf16_gemm.hpp"
 #include "strata/core/blas.hpp"
 #if defined(STRATA_DNNL)
 #include "strata/core/dnnl.hpp"
@@ -34,7 +32,6 @@ namespace strata {
 // and on which engine).
 inline bool bf16_products_available() { return false; }
 inline bool bf16_kernel_products() { return false; }
-inline std::optional<bf16_gemm::PackedLayout> packed_weights_layout(int, int) { return std::nullopt; }
 #endif
 
 // out[i] = in[i] rounded to bf16 exactly as a bf16 product rounds its inputs: what a
@@ -204,7 +201,7 @@ struct CpuBackend {
       return;
     }
     detail::DnnlBf16Products::Inputs inputs{};  // the caller's bf16 copies, read by every part
-    if (bf16) inputs = detail::DnnlBf16Products::of_this_thread().round_inputs(trans_a, a, b);
+    if (bf16) inputs = detail::DnnlBf16Products::of_this_thread().round_inputs(a, b);
     run_intra_op(parts, [&](int p) {
       auto const [first, count] = split_columns(c.cols, parts, p);
       detail::dnnl_on_calling_thread();

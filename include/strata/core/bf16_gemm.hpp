@@ -68,29 +68,6 @@ inline bool available() {
          std::size_t(j % per_panel) * 2;
 }
 
-// Where a packed op(a) (m x k) keeps its values: the kernel's layout above (panels of 32
-// rows), or that of oneDNN's AMX matmul for its weights (BA16a64b2a: panels of 64 rows whose
-// pairs of k are padded with zeros to a multiple of 16), which pack_a_elements also writes
-// so that oneDNN reads weights a refresh packed (core/dnnl.hpp).
-struct PackedLayout {
-  int panel = panel_rows;  // rows of op(a) per panel
-  int pair_block = 1;      // a panel's pairs of k, padded to a multiple of this
-  [[nodiscard]] constexpr std::size_t panel_pairs(int k) const {
-    return std::size_t(panels(pairs(k), pair_block)) * std::size_t(pair_block);
-  }
-  [[nodiscard]] constexpr std::size_t size(int m, int k) const {
-    return std::size_t(panels(m, panel)) * panel_pairs(k) * 2 * std::size_t(panel);
-  }
-  // The word of the first value of row j's pair p.
-  [[nodiscard]] constexpr std::size_t offset(int k, int j, int p) const {
-    return (std::size_t(j / panel) * panel_pairs(k) + std::size_t(p)) * 2 * std::size_t(panel) +
-           std::size_t(j % panel) * 2;
-  }
-  bool operator==(PackedLayout const&) const = default;
-};
-inline constexpr PackedLayout kernel_layout{};
-inline constexpr PackedLayout onednn_amx_layout{64, 16};
-
 // A factor as the caller holds it: column-major with leading dimension ld, transposed when
 // `transposed` (then op(x)(i, j) = x[i * ld + j]). Float or bf16.
 template <class T>
@@ -263,8 +240,8 @@ namespace detail {
 // `out`: every other word, the other being the pair's other column (zero for an odd k's
 // last column, written here).
 STRATA_BF16_KERNEL inline void pack_column_rows(std::uint16_t* out, float const* x, int k, int column, int row,
-                                                int count, PackedLayout layout) {
-  std::uint16_t* const pair = out + layout.offset(k, row, column / 2);
+                                                int count) {
+  std::uint16_t* const pair = out + pair_offset(panel_rows, k, row, column / 2);
   bool const odd = column % 2 == 1, last_of_odd_k = column == k - 1 && k % 2 == 1;
   __m256bh const rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(__mmask16((1u << count) - 1), x));
   __m512i const words = _mm512_maskz_cvtepu16_epi32(0xffff, reinterpret_cast<__m256i const&>(rounded));
@@ -276,20 +253,19 @@ STRATA_BF16_KERNEL inline void pack_column_rows(std::uint16_t* out, float const*
 }  // namespace detail
 
 // Elements [begin, end) of a column-major m x k matrix w (element e is w(e % m, e / m)),
-// rounded, into their places in `out`, `layout`'s packing of w (not transposed; pack_a's by
-// default): how a refresh that rewrites the weights range by range keeps their packed copy.
-// `w` points at element `begin`; the padding of `out` is left as it is (zero). Pairs of
-// whole columns are interleaved 32 rows at a time, as pack_a does; the columns a range cuts,
-// and the rows past a multiple of 32, 16 rows at a time.
+// rounded, into their places in `out`, pack_a's layout of w (not transposed): how a refresh
+// that rewrites the weights range by range keeps their packed copy. `w` points at element
+// `begin`. Pairs of whole columns are interleaved 32 rows at a time, as pack_a does; the
+// columns a range cuts, and the rows past a multiple of 32, 16 rows at a time.
 STRATA_BF16_KERNEL inline void pack_a_elements(bf16* out, float const* w, int m, int k, std::size_t begin,
-                                               std::size_t end, PackedLayout layout = kernel_layout) {
+                                               std::size_t end) {
   auto* o = reinterpret_cast<std::uint16_t*>(out);
   std::size_t const rows = std::size_t(m);
   bool const aligned = reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
   auto column_rows = [&](float const* x, int column, int from, int to) {  // rows [from, to) of one column
     for (int row = from; row < to;) {
       int const count = std::min(to - row, 16 - row % 16);
-      detail::pack_column_rows(o, x + (row - from), k, column, row, count, layout);
+      detail::pack_column_rows(o, x + (row - from), k, column, row, count);
       row += count;
     }
   };
@@ -298,8 +274,8 @@ STRATA_BF16_KERNEL inline void pack_a_elements(bf16* out, float const* w, int m,
     float const* x = w + (e - begin);
     if (row == 0 && column % 2 == 0 && column + 1 < k && e + 2 * rows <= end) {  // two whole columns
       int r = 0;
-      for (; r + 32 <= m; r += 32) {  // (a panel holds a whole number of 32 rows)
-        std::uint16_t* const pair = o + layout.offset(k, r, column / 2);
+      for (; r + panel_rows <= m; r += panel_rows) {
+        std::uint16_t* const pair = o + pair_offset(panel_rows, k, r, column / 2);
         if (aligned) detail::interleave_32<float, true>(pair, x + r, x + rows + r);
         else detail::interleave_32(pair, x + r, x + rows + r);
       }

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,59 +102,6 @@ __attribute__((target("avx512f,avx512bf16"))) inline void to_bf16_avx512(bf16* o
   for (; i < n; ++i) out[i].bits = bf16::from_float(in[i]);
 }
 
-// Rows [first, last) of column c of transpose_to_bf16_avx512 below, one value at a time.
-inline void transpose_edge(bf16* out, std::size_t ldo, float const* in, std::size_t ldi, int first, int last, int c) {
-  for (int r = first; r < last; ++r)
-    out[std::size_t(r) * ldo + std::size_t(c)].bits = bf16::from_float(in[std::size_t(r) + std::size_t(c) * ldi]);
-}
-
-// out(r, c) = bf16(in(r, c)) for r < rows, c < cols, with in column-major (in(r, c) at
-// in[r + c * ldi]) and out row-major (out(r, c) at out[r * ldo + c]): a transpose and
-// to_bf16_avx512's conversion in one pass, 16 x 16 values at a time in registers.
-__attribute__((target("avx512f,avx512bf16"))) inline void transpose_to_bf16_avx512(bf16* out, std::size_t ldo,
-                                                                                   float const* in, std::size_t ldi,
-                                                                                   int rows, int cols) {
-  int r = 0;
-  for (; r + 16 <= rows; r += 16) {
-    int c = 0;
-    for (; c + 16 <= cols; c += 16) {
-      // (The zero-masked forms keeping every lane: see round_bf16_lanes below on GCC 12.)
-      __mmask16 constexpr all = 0xffff;
-      __mmask8 constexpr all8 = 0xff;
-      __m512 v[16], t[16];
-      for (int j = 0; j < 16; ++j) v[j] = _mm512_loadu_ps(in + std::size_t(r) + std::size_t(c + j) * ldi);
-      // 16 x 16 transpose: 32-bit, 64-bit and 128-bit interleaves, then lanes across halves.
-      for (int j = 0; j < 16; j += 2) {
-        t[j] = _mm512_maskz_unpacklo_ps(all, v[j], v[j + 1]);
-        t[j + 1] = _mm512_maskz_unpackhi_ps(all, v[j], v[j + 1]);
-      }
-      for (int j = 0; j < 16; j += 4) {
-        v[j] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, _mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        v[j + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, _mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        v[j + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, _mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-        v[j + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, _mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-      }
-      for (int j = 0; j < 4; ++j) {
-        t[j] = _mm512_maskz_shuffle_f32x4(all, v[j], v[j + 4], 0x88);
-        t[j + 4] = _mm512_maskz_shuffle_f32x4(all, v[j], v[j + 4], 0xdd);
-        t[j + 8] = _mm512_maskz_shuffle_f32x4(all, v[j + 8], v[j + 12], 0x88);
-        t[j + 12] = _mm512_maskz_shuffle_f32x4(all, v[j + 8], v[j + 12], 0xdd);
-      }
-      for (int j = 0; j < 8; ++j) {
-        v[j] = _mm512_maskz_shuffle_f32x4(all, t[j], t[j + 8], 0x88);
-        v[j + 8] = _mm512_maskz_shuffle_f32x4(all, t[j], t[j + 8], 0xdd);
-      }
-      for (int j = 0; j < 16; ++j) {  // v[j] is row r + j's 16 values
-        __m256bh const packed = _mm512_cvtneps_pbh(v[j]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + std::size_t(r + j) * ldo + std::size_t(c)),
-                            reinterpret_cast<__m256i const&>(packed));
-      }
-    }
-    for (; c < cols; ++c) transpose_edge(out, ldo, in, ldi, r, r + 16, c);
-  }
-  for (int c = 0; c < cols; ++c) transpose_edge(out, ldo, in, ldi, r, rows, c);
-}
-
 // x rounded to bf16 and widened back to float, 16 lanes: bf16::from_float's integer rounding
 // (nearest even, NaN kept quiet), so the bits are round_to<bf16>'s.
 __attribute__((target("avx512f"))) inline __m512 round_bf16_lanes(__m512 x) {
@@ -218,39 +164,29 @@ class DnnlBf16Products {
   // inside it (core/product_precision.hpp), else rounded into the calling thread's buffer
   // once per product before its parts run; `b` likewise where it lies in the copy, else
   // left in float for each part to round the columns it reads (below).
-  // `a_blocked`: a's packed copy (packed_weights_layout, oneDNN's own layout of its weights),
-  // where a is not transposed and has one.
   struct Inputs {
     bf16 const* a;
     int a_rows;
     bf16 const* b;  // nullptr: b_float is rounded part by part
     ConstMatrixView b_float;
-    bf16 const* a_blocked = nullptr;
   };
-  Inputs round_inputs(bool trans_a, ConstMatrixView a, ConstMatrixView b) {
-    bf16 const* const blocked = trans_a ? nullptr : bf16_copy_bound.find_packed(a.data, a.rows, a.cols);
-    return {in_bf16(a, a_), a.rows, bf16_copy_bound.find(b.data, b.size()), b, blocked};
+  Inputs round_inputs(ConstMatrixView a, ConstMatrixView b) {
+    return {in_bf16(a, a_), a.rows, bf16_copy_bound.find(b.data, b.size()), b};
   }
 
   // Output columns [first, first + count) of c (column-major, c.rows x n) = alpha * op(a) *
   // op(b) + beta * c, with k the inner dimension; on this thread's primitives.
   void gemm(bool trans_a, bool trans_b, float alpha, Inputs in, int k, float beta, MatrixView c, int first,
             int count) {
-    auto const [b_part, ldb, b_transposed] = part_of_b(in, trans_b, first, count);
-    Key key{c.rows, count, k, in.a_rows, ldb, trans_a, b_transposed, alpha, beta, in.a_blocked != nullptr};
-    Matmul* matmul = find(key);
-    if (matmul == nullptr) {  // no matmul on the blocked weights for this shape: the bf16 copy
-      key.a_blocked = false;
-      matmul = find(key);
-    }
-    bf16 const* const weights = key.a_blocked ? in.a_blocked : in.a;
-    dnnl_check(dnnl_memory_set_data_handle(matmul->weights, const_cast<bf16*>(weights)), "dnnl_memory_set_data_handle");
-    dnnl_check(dnnl_memory_set_data_handle(matmul->source, const_cast<bf16*>(b_part)), "dnnl_memory_set_data_handle");
-    dnnl_check(dnnl_memory_set_data_handle(matmul->destination, c.data + std::size_t(first) * std::size_t(c.rows)),
+    auto [b_part, ldb] = part_of_b(in, trans_b, first, count);
+    Matmul& matmul = find(Key{c.rows, count, k, in.a_rows, ldb, trans_a, trans_b, alpha, beta});
+    dnnl_check(dnnl_memory_set_data_handle(matmul.weights, const_cast<bf16*>(in.a)), "dnnl_memory_set_data_handle");
+    dnnl_check(dnnl_memory_set_data_handle(matmul.source, const_cast<bf16*>(b_part)), "dnnl_memory_set_data_handle");
+    dnnl_check(dnnl_memory_set_data_handle(matmul.destination, c.data + std::size_t(first) * std::size_t(c.rows)),
                "dnnl_memory_set_data_handle");
     dnnl_exec_arg_t const args[] = {
-        {DNNL_ARG_SRC, matmul->source}, {DNNL_ARG_WEIGHTS, matmul->weights}, {DNNL_ARG_DST, matmul->destination}};
-    dnnl_check(dnnl_primitive_execute(matmul->primitive, stream_, 3, args), "dnnl_primitive_execute");
+        {DNNL_ARG_SRC, matmul.source}, {DNNL_ARG_WEIGHTS, matmul.weights}, {DNNL_ARG_DST, matmul.destination}};
+    dnnl_check(dnnl_primitive_execute(matmul.primitive, stream_, 3, args), "dnnl_primitive_execute");
     dnnl_check(dnnl_stream_wait(stream_), "dnnl_stream_wait");
   }
 
@@ -269,7 +205,6 @@ class DnnlBf16Products {
     int m, n, k, lda, ldb;
     bool trans_a, trans_b;
     float alpha, beta;
-    bool a_blocked;  // the weights in oneDNN's BA16a64b2a
     bool operator==(Key const&) const = default;
   };
   struct Matmul {
@@ -283,21 +218,19 @@ class DnnlBf16Products {
     dnnl_check(dnnl_stream_create(&stream_, DnnlEngine::get(), dnnl_stream_default_flags), "dnnl_stream_create");
   }
 
-  // The matmul of `key`, made on first use; nullptr for blocked weights that oneDNN's brgemm
-  // matmul does not take in this shape (remembered). matmuls_ runs from least to most
-  // recently used.
-  Matmul* find(Key const& key) {
+  // The matmul of `key`, made on first use. matmuls_ runs from least to most recently used.
+  Matmul& find(Key const& key) {
     auto const found = std::find_if(matmuls_.begin(), matmuls_.end(), [&](Matmul const& m) { return m.key == key; });
     if (found != matmuls_.end()) {
       std::rotate(found, found + 1, matmuls_.end());
-      return matmuls_.back().primitive != nullptr ? &matmuls_.back() : nullptr;
+      return matmuls_.back();
     }
     if (matmuls_.size() == max_shapes) {
       destroy(matmuls_.front());
       matmuls_.erase(matmuls_.begin());
     }
     matmuls_.push_back(make(key));
-    return matmuls_.back().primitive != nullptr ? &matmuls_.back() : nullptr;
+    return matmuls_.back();
   }
 
   // The column-major product c = op(a) op(b) is oneDNN's row-major dst = src * weights with
@@ -310,8 +243,7 @@ class DnnlBf16Products {
     dnnl_dims_t const weight_strides{key.trans_a ? 1 : key.lda, key.trans_a ? key.lda : 1};
     dnnl_dims_t const destination_strides{key.m, 1};
     dnnl_check(dnnl_memory_desc_init_by_strides(&source, 2, source_dims, dnnl_bf16, source_strides), "memory desc");
-    if (key.a_blocked) dnnl_check(dnnl_memory_desc_init_by_tag(&weights, 2, weight_dims, dnnl_bf16, dnnl_BA16a64b2a), "memory desc");
-    else dnnl_check(dnnl_memory_desc_init_by_strides(&weights, 2, weight_dims, dnnl_bf16, weight_strides), "memory desc");
+    dnnl_check(dnnl_memory_desc_init_by_strides(&weights, 2, weight_dims, dnnl_bf16, weight_strides), "memory desc");
     dnnl_check(dnnl_memory_desc_init_by_strides(&destination, 2, destination_dims, dnnl_f32, destination_strides),
                "memory desc");
     dnnl_matmul_desc_t desc{};
@@ -340,7 +272,6 @@ class DnnlBf16Products {
       }
       dnnl_engine_t const engine = DnnlEngine::get();
       dnnl_check(dnnl_primitive_desc_create(&t.primitive_desc, &desc, t.attr, engine, nullptr), "matmul primitive desc");
-      if (key.a_blocked && !is_brgemm(t.primitive_desc)) return made;  // (no primitive: the caller takes the copy)
       dnnl_check(dnnl_primitive_create(&made.primitive, t.primitive_desc), "dnnl_primitive_create");
       dnnl_check(dnnl_memory_create(&made.source, &source, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
       dnnl_check(dnnl_memory_create(&made.weights, &weights, engine, DNNL_MEMORY_NONE), "dnnl_memory_create");
@@ -352,13 +283,6 @@ class DnnlBf16Products {
     return made;
   }
 
-  // Whether a matmul runs oneDNN's brgemm kernels (its name: "brg:avx512_core_amx_bf16").
-  static bool is_brgemm(const_dnnl_primitive_desc_t pd) {
-    char const* name = nullptr;
-    dnnl_check(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name), "impl info");
-    return name != nullptr && std::string(name).starts_with("brg");
-  }
-
   static bf16 const* in_bf16(ConstMatrixView m, std::vector<bf16>& buffer) {
     if (bf16 const* kept = bf16_copy_bound.find(m.data, m.size())) return kept;
     buffer.resize(m.size());
@@ -366,33 +290,24 @@ class DnnlBf16Products {
     return buffer.data();
   }
 
-  // Columns [first, first + count) of op(b) in bf16: where they lie, their leading dimension
-  // and whether they are b's rows (op(b) = b^T). Where b has no bound copy, this part rounds
-  // just those columns into this thread's buffer, densely, with op(b)'s columns contiguous:
-  // the parts of a split product round in parallel, and the layout is the one oneDNN's
-  // brgemm kernels read without a copy of their own. A part of a transposed b (rows of b,
-  // strided in memory) is transposed while rounded: as a strided or column-contiguous
-  // source, oneDNN's matmul ran the MLP's weight gradients at half the rate
-  // (docs/benchmarks.md).
-  struct PartOfB {
-    bf16 const* data;
-    int ld;
-    bool transposed;
-  };
-  PartOfB part_of_b(Inputs const& in, bool trans_b, int first, int count) {
+  // Columns [first, first + count) of op(b) in bf16, and their leading dimension. Where b has
+  // no bound copy, this part rounds just those columns into this thread's buffer, densely:
+  // the parts of a split product round in parallel, and a part of a transposed b (rows of b,
+  // strided in memory) becomes a dense block, the layout oneDNN's brgemm kernels take (a
+  // strided one falls back to its slower gemm kernel).
+  std::pair<bf16 const*, int> part_of_b(Inputs const& in, bool trans_b, int first, int count) {
     ConstMatrixView const b = in.b_float;
-    if (in.b != nullptr)
-      return {in.b + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(b.rows)), b.rows, trans_b};
+    if (in.b != nullptr) return {in.b + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(b.rows)), b.rows};
     if (!trans_b) {  // columns of b: contiguous
       b_.resize(std::size_t(count) * std::size_t(b.rows));
       to_bf16_avx512(b_.data(), b.data + std::size_t(first) * std::size_t(b.rows), b_.size());
-      return {b_.data(), b.rows, false};
+      return {b_.data(), b.rows};
     }
-    // rows [first, first + count) of b, as the columns of a column-major b.cols x count
-    b_.resize(std::size_t(count) * std::size_t(b.cols));
-    transpose_to_bf16_avx512(b_.data(), std::size_t(b.cols), b.data + std::size_t(first), std::size_t(b.rows), count,
-                             b.cols);
-    return {b_.data(), b.cols, false};
+    b_.resize(std::size_t(count) * std::size_t(b.cols));  // rows [first, first + count) of b, count x b.cols
+    for (int j = 0; j < b.cols; ++j)
+      to_bf16_avx512(b_.data() + std::size_t(j) * std::size_t(count),
+                     b.data + std::size_t(j) * std::size_t(b.rows) + std::size_t(first), std::size_t(count));
+    return {b_.data(), count};
   }
 
   static void destroy(Matmul& m) {
@@ -481,35 +396,6 @@ inline bool bf16_kernel_products() {
       bf16_products_available() && bf16_gemm::available() &&
       (detail::dnnl_isa() & dnnl_cpu_isa_avx512_core_amx) != dnnl_cpu_isa_avx512_core_amx;
   return kernel;
-}
-
-// The layout in which whoever writes a weight matrix (rows x cols, column-major; a trainer's
-// refresh, train/replica_pass.hpp) keeps a packed bf16 copy of it for the products that
-// multiply it as their first factor, not transposed (Dense's forward), or none. Where
-// strata's kernel multiplies, its own; where oneDNN's AMX matmul does, the layout that
-// matmul picks for such weights (BA16a64b2a) if it picks it for this matrix: given plain
-// weights, the matmul copies them into that layout in every product. Asked once per matrix.
-inline std::optional<bf16_gemm::PackedLayout> packed_weights_layout(int rows, int cols) {
-  if (!bf16_products_available()) return std::nullopt;
-  if (bf16_kernel_products()) return bf16_gemm::kernel_layout;
-  if ((detail::dnnl_isa() & dnnl_cpu_isa_avx512_core_amx) != dnnl_cpu_isa_avx512_core_amx) return std::nullopt;
-  // The matmul of a replica's forward product (256 samples) with the weights' layout left
-  // to oneDNN, as c = W x maps onto it (DnnlBf16Products::make): weights = W^T, cols x rows.
-  dnnl_memory_desc_t source{}, any{}, blocked{}, destination{};
-  dnnl_dims_t const source_dims{256, cols}, weight_dims{cols, rows}, destination_dims{256, rows};
-  detail::dnnl_check(dnnl_memory_desc_init_by_tag(&source, 2, source_dims, dnnl_bf16, dnnl_ab), "memory desc");
-  detail::dnnl_check(dnnl_memory_desc_init_by_tag(&any, 2, weight_dims, dnnl_bf16, dnnl_format_tag_any), "memory desc");
-  detail::dnnl_check(dnnl_memory_desc_init_by_tag(&blocked, 2, weight_dims, dnnl_bf16, dnnl_BA16a64b2a), "memory desc");
-  detail::dnnl_check(dnnl_memory_desc_init_by_tag(&destination, 2, destination_dims, dnnl_f32, dnnl_ab), "memory desc");
-  dnnl_matmul_desc_t desc{};
-  detail::dnnl_check(dnnl_matmul_desc_init(&desc, &source, &any, nullptr, &destination), "dnnl_matmul_desc_init");
-  dnnl_primitive_desc_t pd = nullptr;
-  detail::dnnl_check(dnnl_primitive_desc_create(&pd, &desc, nullptr, detail::DnnlEngine::get(), nullptr),
-                     "matmul primitive desc");
-  bool const picks = dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &blocked) != 0;
-  dnnl_primitive_desc_destroy(pd);
-  if (!picks) return std::nullopt;
-  return bf16_gemm::onednn_amx_layout;
 }
 
 // "oneDNN 2.6.3, avx512_core_bf16 (bf16 products under MixedPrecision, strata's bf16

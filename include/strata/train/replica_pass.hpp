@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -146,17 +145,12 @@ class ReplicaWeights<policy::Cpu, T> {
       for (nn::ParameterTensor const& t : tensors) {
         if (!t.read_by_products_only) continue;
         Range range{t.offset, t.offset + nn::element_count(t.shape)};
-        std::optional<bf16_gemm::PackedLayout> const layout =
-            t.shape.size() == 2 ? packed_weights_layout(int(t.shape[1]), int(t.shape[0])) : std::nullopt;
-        if (layout) {  // Keras's {in, out}: column-major out x in
+        if (bf16_kernel_products() && t.shape.size() == 2) {  // Keras's {in, out}: column-major out x in
           range.rows = int(t.shape[1]);
           range.cols = int(t.shape[0]);
-          range.layout = *layout;
           range.packed = packed_size;
-          // (oneDNN's matmul falls back to the bf16 copy in a shape it takes no blocked weights in)
-          range.packed_only = t.read_transposed == nn::ParameterTensor::TransposedReads::never &&
-                              *layout == bf16_gemm::kernel_layout;
-          packed_size += layout->size(range.rows, range.cols);
+          range.packed_only = t.read_transposed == nn::ParameterTensor::TransposedReads::never;
+          packed_size += bf16_gemm::packed_a_size(range.rows, range.cols);
           if (range.packed_only)
             std::fill(halves_.data() + range.begin, halves_.data() + range.end,
                       bf16(std::numeric_limits<float>::quiet_NaN()));
@@ -207,16 +201,15 @@ class ReplicaWeights<policy::Cpu, T> {
   struct Range {
     std::size_t begin, end;
     int rows = 0, cols = 0;
-    bf16_gemm::PackedLayout layout{};
     std::size_t packed = 0;
     bool packed_only = false;
-    bool operator<(Range const& other) const { return begin < other.begin; }
+    auto operator<=>(Range const&) const = default;
   };
 
   // The packed copy of host elements [from, to) of `matrix`.
   void pack(Range const& matrix, std::size_t from, std::size_t to) {
     bf16_gemm::pack_a_elements(packed_.data() + matrix.packed, host_.data() + from, matrix.rows, matrix.cols,
-                               from - matrix.begin, to - matrix.begin, matrix.layout);
+                               from - matrix.begin, to - matrix.begin);
   }
 
   // Calls f(from, to, products_only) for the runs of [begin, end) inside the products-only
