@@ -44,6 +44,7 @@ using Strategy = strategy::BasicStrategy<policy::Config<Policies...>>;
 
 // Models
 using nn::Accuracy;
+using nn::AveragePooling2D;
 using nn::Bert;
 using nn::BertOptions;
 using nn::BertPooler;
@@ -52,6 +53,7 @@ using nn::Dense;
 using nn::Dropout;
 using nn::Embedding;
 using nn::Gelu;
+using nn::GlobalAveragePooling2D;
 using nn::GlorotUniform;
 using nn::HeUniform;
 using nn::ImageShape;

@@ -443,14 +443,15 @@ TEST_CASE("SelfAttention and Bert check their configuration and name their param
   CHECK(TinyClassifier::columns == std::array<int, 4>{1, 6, 1, 1});
 }
 
-// Conv2D and MaxPool2D (nn/conv.hpp): central differences through both, with each padding and
-// an even kernel; a direct convolution and a direct max written out as the forward's oracle;
-// Keras' names and shapes for checkpoints.
+// The image layers (nn/conv.hpp): central differences through them, with each padding, an
+// even kernel and strides; a direct convolution, a direct max and direct means written out
+// as the forward's oracle; Keras' names and shapes for checkpoints.
 namespace {
-// y(oh, ow, f) = b(f) + sum over (kh, kw, c) of w(kh, kw, c, f) x(oh + kh - pad, ow + kw - pad, c),
-// zero outside the image; w as Keras stores it, (kh, kw, c, f) row-major.
-Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int pad, int out_h, int out_w, float const* w,
-                          float const* b, Matrix const& x) {
+// y(oh, ow, f) = b(f) + sum over (kh, kw, c) of w(kh, kw, c, f) x(oh * stride + kh - top,
+// ow * stride + kw - left, c), zero outside the image; w as Keras stores it, (kh, kw, c, f)
+// row-major.
+Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int top, int left, int stride, int out_h,
+                          int out_w, float const* w, float const* b, Matrix const& x) {
   Matrix y(out_h * out_w * filters, x.cols());
   for (Eigen::Index s = 0; s < x.cols(); ++s)
     for (int oh = 0; oh < out_h; ++oh)
@@ -460,7 +461,7 @@ Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int pad, i
           for (int kh = 0; kh < kernel; ++kh)
             for (int kw = 0; kw < kernel; ++kw)
               for (int c = 0; c < in.channels; ++c) {
-                int const ih = oh + kh - pad, iw = ow + kw - pad;
+                int const ih = oh * stride + kh - top, iw = ow * stride + kw - left;
                 if (ih < 0 || ih >= in.height || iw < 0 || iw >= in.width) continue;
                 sum += double(w[((kh * kernel + kw) * in.channels + c) * filters + f]) *
                        double(x((ih * in.width + iw) * in.channels + c, s));
@@ -468,6 +469,11 @@ Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int pad, i
           y((oh * out_w + ow) * filters + f, s) = float(sum);
         }
   return y;
+}
+// With stride 1 and the same padding before on both axes.
+Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int pad, int out_h, int out_w, float const* w,
+                          float const* b, Matrix const& x) {
+  return direct_convolution(in, filters, kernel, pad, pad, 1, out_h, out_w, w, b, x);
 }
 }  // namespace
 
@@ -534,6 +540,101 @@ TEST_CASE("Conv2D and MaxPool2D compute a direct convolution and a direct max") 
   check(Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::same>{}, 2, 0);
   check(Conv2D<ImageShape{7, 6, 3}, 5, 4, Padding::same>{}, 4, 1);
   check(Conv2D<ImageShape{7, 6, 3}, 2, 4>{}, 4, 0);
+}
+
+TEST_CASE("Conv2D with a stride: Keras' output sizes and padding, a direct convolution, central differences") {
+  // Keras: `valid` gives floor((size - kernel) / stride) + 1; `same` gives ceil(size / stride),
+  // padded with max((out - 1) * stride + kernel - size, 0) zeros, half (rounded down) before.
+  static_assert(nn::conv_extent(7, 3, 2, Padding::valid).size == 3);
+  static_assert(nn::conv_extent(8, 3, 2, Padding::valid).size == 3);
+  static_assert(nn::conv_extent(28, 3, 2, Padding::same).size == 14 && nn::conv_extent(28, 3, 2, Padding::same).before == 0);
+  static_assert(nn::conv_extent(7, 3, 2, Padding::same).size == 4 && nn::conv_extent(7, 3, 2, Padding::same).before == 1);
+  static_assert(nn::conv_extent(6, 4, 2, Padding::same).size == 3 && nn::conv_extent(6, 4, 2, Padding::same).before == 1);
+  static_assert(nn::conv_extent(5, 2, 3, Padding::same).size == 2 && nn::conv_extent(5, 2, 3, Padding::same).before == 0);
+  // Stride 1 under `same` keeps the padding it had: (kernel - 1) / 2 before.
+  static_assert(nn::conv_extent(9, 4, 1, Padding::same).size == 9 && nn::conv_extent(9, 4, 1, Padding::same).before == 1);
+
+  Rng rng(31);
+  Matrix const x = random_matrix(7 * 6 * 3, 5, 32);
+  // Each layer's predictions against the direct convolution with its padding and stride.
+  auto check = [&]<class L>(L, int kernel, int stride, int top, int left) {
+    CAPTURE(L::name());
+    Sequential<L> layer(6);
+    auto p = layer.parameters();
+    for (float& v : p) v = 2.0f * rng.uniform() - 1.0f;
+    constexpr auto out = L::output_shape;
+    Matrix const direct = direct_convolution({7, 6, 3}, out.channels, kernel, top, left, stride, out.height, out.width,
+                                             p.data(), p.data() + kernel * kernel * 3 * out.channels, x);
+    Matrix const got = layer.predict(x);
+    REQUIRE(got.rows() == direct.rows());
+    CHECK(((got - direct).array().abs() <= 1e-5f * (1.0f + direct.array().abs())).all());
+  };
+  check(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::valid, 2>{}, 3, 2, 0, 0);  // 3 x 2: the last column unread
+  check(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>{}, 3, 2, 1, 0);   // 4 x 3: one row above, none left
+  check(Conv2D<ImageShape{7, 6, 3}, 2, 4, Padding::same, 2>{}, 4, 2, 1, 1);   // even kernel
+  check(Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::valid, 3>{}, 2, 3, 0, 0);  // stride past the kernel: pixels skipped
+  check(Conv2D<ImageShape{7, 6, 3}, 3, 1, Padding::same, 2>{}, 1, 2, 0, 0);   // a 1 x 1 kernel, subsampling
+  static_assert(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>::output_shape.height == 4);
+  static_assert(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>::output_shape.width == 3);
+  CHECK(Conv2D<ImageShape{28, 28, 1}, 32, 3, Padding::same, 2>::name() == "Conv2D<28x28x1, 32, 3x3, stride 2, same>");
+
+  // Backward through overlapping windows (stride < kernel, each pixel in several patches),
+  // skipped pixels (stride > kernel) and `same` padding on a non-square image.
+  using Overlap = Conv2D<ImageShape{7, 6, 2}, 3, 3, Padding::same, 2>;  // 4 x 3 x 3
+  using Skip = Conv2D<Overlap::output_shape, 2, 1, Padding::valid, 2>;  // 2 x 2 x 2
+  Sequential<Overlap, Tanh, Skip, Tanh, Dense<Skip::output_shape.size(), 3>> strided(24);
+  check_gradients(strided, random_matrix(7 * 6 * 2, 4, 33), labels({0, 1, 2, 1}), SoftmaxCrossEntropy{}, {});
+  using Valid = Conv2D<ImageShape{6, 7, 2}, 2, 2, Padding::valid, 3>;  // 2 x 2 x 2, the last row and column unread
+  Sequential<Valid, Tanh, Dense<Valid::output_shape.size(), 3>> valid(25);
+  check_gradients(valid, random_matrix(6 * 7 * 2, 4, 34), labels({2, 1, 0, 1}), SoftmaxCrossEntropy{}, {});
+}
+
+TEST_CASE("AveragePooling2D and GlobalAveragePooling2D compute direct means and their backward matches central differences") {
+  Matrix const x = random_matrix(5 * 7 * 3, 4, 35);
+  using Pool = AveragePooling2D<ImageShape{5, 7, 3}, 2>;  // 2 x 3 x 3: the last row and column dropped
+  static_assert(Pool::output_shape.height == 2 && Pool::output_shape.width == 3 && Pool::output_shape.channels == 3);
+  using Global = GlobalAveragePooling2D<ImageShape{5, 7, 3}>;
+  static_assert(Global::output_shape.size() == 3);
+  Matrix const pooled = Sequential<Pool>(1).predict(x), global = Sequential<Global>(1).predict(x);
+  REQUIRE(pooled.rows() == 2 * 3 * 3);
+  REQUIRE(global.rows() == 3);
+  for (Eigen::Index s = 0; s < x.cols(); ++s)
+    for (int c = 0; c < 3; ++c) {
+      double whole = 0.0;
+      for (int p = 0; p < 5 * 7; ++p) whole += double(x(p * 3 + c, s));
+      CHECK(global(c, s) == doctest::Approx(whole / 35.0).epsilon(1e-6));
+      for (int oh = 0; oh < 2; ++oh)
+        for (int ow = 0; ow < 3; ++ow) {
+          double sum = 0.0;
+          for (int ph = 0; ph < 2; ++ph)
+            for (int pw = 0; pw < 2; ++pw) sum += double(x(((oh * 2 + ph) * 7 + ow * 2 + pw) * 3 + c, s));
+          CHECK(pooled((oh * 3 + ow) * 3 + c, s) == doctest::Approx(sum / 4.0).epsilon(1e-6));
+        }
+    }
+  // Backward: each output's dy / 4 at the four pixels of its window, dy / 35 everywhere for
+  // the global mean, zero in the row and column no window covers (dx starts as NaN).
+  Matrix const dy = random_matrix(2 * 3 * 3, 4, 37), dg = random_matrix(3, 4, 38);
+  Matrix dx = Matrix::Constant(x.rows(), x.cols(), std::numeric_limits<float>::quiet_NaN()), dxg = dx;
+  Pool{}.backward<CpuBackend>(nullptr, nullptr, view(x), view(pooled), {}, view(dy), view(dx), false);
+  Global{}.backward<CpuBackend>(nullptr, nullptr, view(x), view(global), {}, view(dg), view(dxg), false);
+  for (Eigen::Index s = 0; s < x.cols(); ++s)
+    for (int h = 0; h < 5; ++h)
+      for (int w = 0; w < 7; ++w)
+        for (int c = 0; c < 3; ++c) {
+          int const at = (h * 7 + w) * 3 + c;
+          float const expected = h < 4 && w < 6 ? dy(((h / 2) * 3 + w / 2) * 3 + c, s) * 0.25f : 0.0f;
+          CHECK(dx(at, s) == expected);
+          CHECK(dxg(at, s) == dg(c, s) * (1.0f / 35.0f));
+        }
+  CHECK(Pool::name() == "AveragePooling2D<5x7x3, 2>");
+  CHECK(Global::name() == "GlobalAveragePooling2D<5x7x3>");
+
+  // Through a convolution on either side, dropped rows and columns included (their gradient is zero).
+  using Conv = Conv2D<ImageShape{7, 6, 2}, 3, 2>;  // 6 x 5 x 3
+  using Average = AveragePooling2D<Conv::output_shape, 2>;  // 3 x 2 x 3: the last column dropped
+  using Next = Conv2D<Average::output_shape, 4, 2, Padding::same>;
+  Sequential<Conv, Tanh, Average, Next, Tanh, GlobalAveragePooling2D<Next::output_shape>, Dense<4, 3>> model(26);
+  check_gradients(model, random_matrix(7 * 6 * 2, 4, 36), labels({0, 2, 1, 1}), SoftmaxCrossEntropy{}, {});
 }
 
 TEST_CASE("MaxPool2D passes a tie's gradient to the first largest value and propagates NaN") {

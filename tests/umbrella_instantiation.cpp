@@ -32,6 +32,12 @@ int main() {
   Cnn cnn(1);
   strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision> cnn_trainer;
   cnn_trainer.fit(cnn, strata::Adam{}, strata::SoftmaxCrossEntropy{}, images, {.epochs = 1, .batch_size = 4});
+  using Strided = strata::Conv2D<strata::ImageShape{4, 4, 2}, 4, 3, strata::Padding::same, 2>;  // 2 x 2 x 4
+  using Pooled = strata::AveragePooling2D<strata::ImageShape{4, 4, 2}, 2>;
+  strata::Sequential<Pooled, strata::Dense<8, 32>, Strided, strata::GlobalAveragePooling2D<Strided::output_shape>,
+                     strata::Dense<4, 3>>
+      strided(2);
+  cnn_trainer.fit(strided, strata::Adam{}, strata::SoftmaxCrossEntropy{}, images, {.epochs = 1, .batch_size = 4});
 
   strata::Strategy<strata::Mirrored<2>> strategy;
   for (auto const& batch : strategy.distribute(labels.batch(4))) {

@@ -1,7 +1,7 @@
 #pragma once
-// Image layers: Conv2D (a 2-D convolution, stride 1, padding `valid` or `same`) and
-// MaxPool2D (non-overlapping windows), as Keras' Conv2D and MaxPooling2D compute them with
-// channels last:
+// Image layers, as Keras computes them with channels last: Conv2D (a 2-D convolution with a
+// stride and padding `valid` or `same`), MaxPool2D and AveragePooling2D (non-overlapping
+// windows) and GlobalAveragePooling2D:
 //
 //   using Conv = strata::Conv2D<strata::ImageShape{28, 28, 1}, 32, 3>;          // 26 x 26 x 32
 //   using Pool = strata::MaxPool2D<Conv::output_shape, 2>;                       // 13 x 13 x 32
@@ -17,8 +17,8 @@
 // arena's column-major Filters x (kernel * kernel * channels) block, which is Keras' kernel of
 // shape (kernel, kernel, channels, filters) row-major: checkpoints need no transpose.
 //
-// The gathering and scattering are host loops: both layers run on strata::Cpu only (on
-// strata::Cuda, a compile-time message says so).
+// The gathering, scattering and pooling are host loops: the image layers run on strata::Cpu
+// only (on strata::Cuda, a compile-time message says so).
 
 #include <algorithm>
 #include <array>
@@ -48,31 +48,50 @@ struct ImageShape {
   }
 };
 
-// Keras' padding: `valid` computes only where the kernel lies inside the image (the output
-// loses kernel - 1 rows and columns); `same` pads with zeros, (kernel - 1) / 2 before and
-// the rest after, so that the output keeps the input's height and width.
+// Keras' padding: `valid` computes only where the kernel lies inside the image (with stride
+// 1 the output loses kernel - 1 rows and columns); `same` pads with zeros, half before
+// (rounded down) and the rest after, so that the output has ceil(size / stride) rows and
+// columns: with stride 1, the input's height and width.
 enum class Padding : std::uint8_t { valid, same };
+
+// One dimension of a convolution's output under Keras' rules, and the zeros padded before it.
+struct ConvExtent {
+  int size;    // output rows (or columns)
+  int before;  // rows of zeros before the first
+};
+constexpr ConvExtent conv_extent(int in, int kernel, int stride, Padding padding) {
+  if (padding == Padding::valid) return {(in - kernel) / stride + 1, 0};
+  int const out = (in + stride - 1) / stride;
+  int const total = std::max((out - 1) * stride + kernel - in, 0);
+  return {out, total / 2};
+}
+
+// Where a convolution's windows lie: kernel x kernel pixels, `stride` pixels apart, the
+// first one `top` rows above the image and `left` columns left of it (the padding before).
+struct ConvWindows {
+  int kernel = 1, stride = 1, top = 0, left = 0;
+};
 
 // The host loops of the image layers. Each splits the batch's samples over the intra-op team
 // (each sample's values are computed by one thread, so the bits do not depend on the split).
 template <class B>
 struct ImageMath {
   static_assert(policy::dependent_false<B>,
-                "strata::Conv2D and strata::MaxPool2D run on strata::Cpu only: the Cuda device has no image kernels yet");
+                "strata::Conv2D and the pooling layers run on strata::Cpu only: the Cuda device has no image kernels yet");
 };
 
 template <>
 struct ImageMath<CpuBackend> {
-  // The patches of the images of shape `In` (columns of x) for a Kernel x Kernel window at
-  // each of the Out.height x Out.width output pixels, `Pad` rows and columns of zeros before
-  // the first: patches is (Kernel * Kernel * channels) x (pixels * samples), column
+  // The patches of the images of shape `In` (columns of x) for each of W's windows (one per
+  // output pixel): patches is (Kernel * Kernel * channels) x (pixels * samples), column
   // p + pixels * s holding pixel p of sample s, rows in (row of kernel, column, channel)
-  // order. A kernel row's Kernel * channels values lie side by side in the image too, so a
-  // row inside the image is copied as one run of a size known at compile time.
-  template <ImageShape In, int Kernel, int Pad, ImageShape Out>
+  // order, zero where a window lies in the padding. A kernel row's Kernel * channels values
+  // lie side by side in the image too, so a row inside the image is copied as one run of a
+  // size known at compile time.
+  template <ImageShape In, ConvWindows W, ImageShape Out>
   static void gather(ConstMatrixView x, MatrixView patches) {
-    constexpr int run = Kernel * In.channels;
-    for_each_kernel_row<In, Kernel, Pad, Out>(x.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
+    constexpr int Kernel = W.kernel, run = Kernel * In.channels;
+    for_each_kernel_row<In, W, Out>(x.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
       float* out = patches.data + at;
       float const* image = x.data + std::size_t(s) * std::size_t(x.rows);  // + pixel only where inside
       if (lo == 0 && hi == Kernel) {
@@ -86,12 +105,13 @@ struct ImageMath<CpuBackend> {
 
   // The reverse of gather: dx = the sum, over every patch column, of its values put back
   // where gather took them (the padding's are dropped).
-  template <ImageShape In, int Kernel, int Pad, ImageShape Out>
+  template <ImageShape In, ConvWindows W, ImageShape Out>
   static void scatter(ConstMatrixView patches, MatrixView dx) {
+    constexpr int Kernel = W.kernel;
     run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
       std::fill_n(dx.data + std::size_t(first) * std::size_t(dx.rows), std::size_t(count) * std::size_t(dx.rows), 0.0f);
     });
-    for_each_kernel_row<In, Kernel, Pad, Out>(dx.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
+    for_each_kernel_row<In, W, Out>(dx.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
       float const* from = patches.data + at;
       float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
       if (lo == 0 && hi == Kernel) {
@@ -107,9 +127,9 @@ struct ImageMath<CpuBackend> {
   // the row's first value in patches, `pixel` where the row's first value lies in the image
   // (an offset into sample s's column, outside it where the row starts in the padding), and
   // [lo, hi) the kernel columns that lie inside the image (none for a row in the padding).
-  template <ImageShape In, int Kernel, int Pad, ImageShape Out, class Row>
+  template <ImageShape In, ConvWindows W, ImageShape Out, class Row>
   static void for_each_kernel_row(int samples, Row&& row) {
-    constexpr int c = In.channels, run = Kernel * c;
+    constexpr int Kernel = W.kernel, c = In.channels, run = Kernel * c;
     constexpr std::size_t rows = std::size_t(Kernel) * run, pixels = std::size_t(Out.height) * Out.width;
     run_split_columns(int(rows * pixels), samples, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
@@ -117,7 +137,7 @@ struct ImageMath<CpuBackend> {
         for (int oh = 0; oh < Out.height; ++oh)
           for (int ow = 0; ow < Out.width; ++ow)
             for (int kh = 0; kh < Kernel; ++kh, at += run) {
-              int const ih = oh + kh - Pad, iw = ow - Pad;
+              int const ih = oh * W.stride + kh - W.top, iw = ow * W.stride - W.left;
               bool const inside = ih >= 0 && ih < In.height;
               int const lo = inside ? std::clamp(-iw, 0, Kernel) : 0;
               int const hi = inside ? std::clamp(In.width - iw, 0, Kernel) : 0;
@@ -197,21 +217,79 @@ struct ImageMath<CpuBackend> {
       }
     });
   }
+
+  // Each output pixel's mean per channel over its PoolH x PoolW window (the windows do not
+  // overlap; rows and columns past the last whole window are dropped): the window's values
+  // summed in row order, then times 1 / (PoolH * PoolW), channels side by side.
+  template <ImageShape In, int PoolH, int PoolW>
+  static void average_pool(ConstMatrixView x, MatrixView y) {
+    constexpr int c = In.channels;
+    constexpr float scale = 1.0f / float(PoolH * PoolW);
+    for_each_window<In, PoolH, PoolW>(x.cols, [&](int s, int p, int corner) {
+      float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
+      float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
+      std::fill_n(out, c, 0.0f);
+      for (int ph = 0; ph < PoolH; ++ph)
+        for (int pw = 0; pw < PoolW; ++pw) {
+          float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
+          for (int k = 0; k < c; ++k) out[k] += v[k];
+        }
+      for (int k = 0; k < c; ++k) out[k] *= scale;
+    });
+  }
+
+  // dx: each output's dy / (PoolH * PoolW) at every pixel of its window; zero in the rows and
+  // columns past the last whole window.
+  template <ImageShape In, int PoolH, int PoolW>
+  static void average_pool_backward(ConstMatrixView dy, MatrixView dx) {
+    constexpr int c = In.channels;
+    constexpr float scale = 1.0f / float(PoolH * PoolW);
+    if constexpr (In.height % PoolH != 0 || In.width % PoolW != 0)
+      run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
+        std::fill_n(dx.data + std::size_t(first) * std::size_t(dx.rows), std::size_t(count) * std::size_t(dx.rows), 0.0f);
+      });
+    for_each_window<In, PoolH, PoolW>(dx.cols, [&](int s, int p, int corner) {
+      float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
+      float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
+      for (int ph = 0; ph < PoolH; ++ph)
+        for (int pw = 0; pw < PoolW; ++pw) {
+          float* to = image + std::size_t(corner + ph * In.width + pw) * c;
+          for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
+        }
+    });
+  }
+
+ private:
+  // visit(s, p, corner) for every PoolH x PoolW window p (row by row) of every sample s, the
+  // samples split over the intra-op team; `corner` is the window's first pixel.
+  template <ImageShape In, int PoolH, int PoolW, class Visit>
+  static void for_each_window(int samples, Visit&& visit) {
+    run_split_columns(In.size(), samples, [&](int first, int count) {
+      for (int s = first; s < first + count; ++s) {
+        int p = 0;
+        for (int oh = 0; oh < In.height / PoolH; ++oh)
+          for (int ow = 0; ow < In.width / PoolW; ++ow, ++p) visit(s, p, oh * PoolH * In.width + ow * PoolW);
+      }
+    });
+  }
 };
 
-template <ImageShape In, int Filters, int Kernel, Padding Pad = Padding::valid, class Init = GlorotUniform>
+template <ImageShape In, int Filters, int Kernel, Padding Pad = Padding::valid, int Stride = 1,
+          class Init = GlorotUniform>
 struct Conv2D {
   static_assert(In.height >= 1 && In.width >= 1 && In.channels >= 1,
                 "strata::Conv2D<ImageShape{height, width, channels}, ...>: every dimension must be at least 1");
   static_assert(Filters >= 1, "strata::Conv2D<shape, Filters, Kernel>: Filters must be at least 1");
   static_assert(Kernel >= 1, "strata::Conv2D<shape, Filters, Kernel>: Kernel must be at least 1");
+  static_assert(Stride >= 1, "strata::Conv2D<shape, Filters, Kernel, Padding, Stride>: Stride must be at least 1");
   static_assert(Pad == Padding::same || (Kernel <= In.height && Kernel <= In.width),
                 "strata::Conv2D: with Padding::valid the kernel must fit inside the image; use a smaller "
                 "kernel or Padding::same");
 
-  static constexpr int pad = Pad == Padding::same ? (Kernel - 1) / 2 : 0;
-  static constexpr ImageShape output_shape{Pad == Padding::same ? In.height : In.height - Kernel + 1,
-                                           Pad == Padding::same ? In.width : In.width - Kernel + 1, Filters};
+  static constexpr ConvExtent rows = conv_extent(In.height, Kernel, Stride, Pad);
+  static constexpr ConvExtent columns = conv_extent(In.width, Kernel, Stride, Pad);
+  static constexpr ConvWindows windows{Kernel, Stride, rows.before, columns.before};
+  static constexpr ImageShape output_shape{rows.size, columns.size, Filters};
   static constexpr int patch_rows = Kernel * Kernel * In.channels;
   static constexpr int pixels = output_shape.height * output_shape.width;
   static constexpr std::size_t kernel_size = std::size_t(patch_rows) * Filters;
@@ -221,7 +299,8 @@ struct Conv2D {
   static constexpr std::size_t parameter_count(int) { return kernel_size + Filters; }
   static std::string name() {
     return "Conv2D<" + In.text() + ", " + std::to_string(Filters) + ", " + std::to_string(Kernel) + "x" +
-           std::to_string(Kernel) + (Pad == Padding::same ? ", same>" : ", valid>");
+           std::to_string(Kernel) + (Stride != 1 ? ", stride " + std::to_string(Stride) : std::string()) +
+           (Pad == Padding::same ? ", same>" : ", valid>");
   }
   static constexpr char const* kind = "conv2d";
   static constexpr BackwardReads backward_reads{.input = true, .output = false};  // dW = dy patches(x)^T
@@ -245,7 +324,7 @@ struct Conv2D {
   template <Backend B>
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const&) const {
     MatrixView const patches = patches_of(scratch[0], x.cols);
-    ImageMath<B>::template gather<In, Kernel, pad, output_shape>(x, patches);
+    ImageMath<B>::template gather<In, windows, output_shape>(x, patches);
     MatrixView const out{y.data, Filters, pixels * y.cols};  // one column per output pixel
     B::gemm(Transpose::no, Transpose::no, 1.0f, weights(params), patches, 0.0f, out);
     B::add_bias(out, params + kernel_size);
@@ -257,12 +336,12 @@ struct Conv2D {
     float const beta = accumulate ? 1.0f : 0.0f;
     MatrixView const patches = patches_of(scratch[0], x.cols);
     ConstMatrixView const d{dy.data, Filters, pixels * dy.cols};
-    ImageMath<B>::template gather<In, Kernel, pad, output_shape>(x, patches);
+    ImageMath<B>::template gather<In, windows, output_shape>(x, patches);
     B::gemm(Transpose::no, Transpose::yes, 1.0f, d, patches, beta, MatrixView{grads, Filters, patch_rows});
     B::row_sums(d, beta, grads + kernel_size);
     if (dx.data == nullptr) return;
     B::gemm(Transpose::yes, Transpose::no, 1.0f, weights(params), d, 0.0f, patches);  // the patches' gradient
-    ImageMath<B>::template scatter<In, Kernel, pad, output_shape>(patches, dx);
+    ImageMath<B>::template scatter<In, windows, output_shape>(patches, dx);
   }
 
  private:
@@ -294,6 +373,60 @@ struct MaxPool2D {
   void backward(float const*, float*, ConstMatrixView x, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
                 bool) const {
     if (dx.data != nullptr) ImageMath<B>::template max_pool_backward<In, Pool>(x, dy, dx);
+  }
+};
+
+// The mean of each non-overlapping Pool x Pool window, per channel (Keras' AveragePooling2D
+// with pool_size = strides = Pool, `valid`): rows and columns past the last whole window are
+// dropped.
+template <ImageShape In, int Pool = 2>
+struct AveragePooling2D {
+  static_assert(Pool >= 1, "strata::AveragePooling2D<shape, Pool>: Pool must be at least 1");
+  static_assert(Pool <= In.height && Pool <= In.width,
+                "strata::AveragePooling2D<shape, Pool>: the window must fit inside the image; use a smaller Pool");
+
+  static constexpr ImageShape output_shape{In.height / Pool, In.width / Pool, In.channels};
+  static constexpr int input_width = In.size();
+  static constexpr int output_width(int) { return output_shape.size(); }
+  static constexpr std::size_t parameter_count(int) { return 0; }
+  static std::string name() { return "AveragePooling2D<" + In.text() + ", " + std::to_string(Pool) + ">"; }
+  static constexpr BackwardReads backward_reads{.input = false, .output = false};  // dx = dy / Pool^2
+  void initialize(float*, int, Rng&) const {}
+
+  template <Backend B>
+  void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
+    ImageMath<B>::template average_pool<In, Pool, Pool>(x, y);
+  }
+  template <Backend B>
+  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
+                bool) const {
+    if (dx.data != nullptr) ImageMath<B>::template average_pool_backward<In, Pool, Pool>(dy, dx);
+  }
+};
+
+// The mean of each channel over the whole image (Keras' GlobalAveragePooling2D): a vector of
+// In.channels values per sample, output_shape 1 x 1 x channels.
+template <ImageShape In>
+struct GlobalAveragePooling2D {
+  static_assert(In.height >= 1 && In.width >= 1 && In.channels >= 1,
+                "strata::GlobalAveragePooling2D<ImageShape{height, width, channels}>: every dimension must be at least 1");
+
+  static constexpr ImageShape output_shape{1, 1, In.channels};
+  static constexpr int input_width = In.size();
+  static constexpr int output_width(int) { return In.channels; }
+  static constexpr std::size_t parameter_count(int) { return 0; }
+  static std::string name() { return "GlobalAveragePooling2D<" + In.text() + ">"; }
+  static constexpr BackwardReads backward_reads{.input = false, .output = false};  // dx = dy / pixels
+  void initialize(float*, int, Rng&) const {}
+
+  template <Backend B>
+  void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
+    ImageMath<B>::template average_pool<In, In.height, In.width>(x, y);
+  }
+  template <Backend B>
+  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
+                bool) const {
+    if (dx.data != nullptr) ImageMath<B>::template average_pool_backward<In, In.height, In.width>(dy, dx);
   }
 };
 
