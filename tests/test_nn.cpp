@@ -637,6 +637,68 @@ TEST_CASE("AveragePooling2D and GlobalAveragePooling2D compute direct means and 
   check_gradients(model, random_matrix(7 * 6 * 2, 4, 36), labels({0, 2, 1, 1}), SoftmaxCrossEntropy{}, {});
 }
 
+TEST_CASE("pooling windows with a stride: direct maxima and means, their gradients summed where windows overlap") {
+  Matrix const x = random_matrix(7 * 6 * 3, 4, 39);
+  // Keras' `valid`: floor((size - pool) / stride) + 1 windows.
+  using MaxOverlap = MaxPool2D<ImageShape{7, 6, 3}, 3, 2>;          // 3 x 2: overlapping by a row and a column
+  using AverageOverlap = AveragePooling2D<ImageShape{7, 6, 3}, 3, 2>;
+  using MaxGaps = MaxPool2D<ImageShape{7, 6, 3}, 2, 3>;             // 2 x 2: a row and a column between windows
+  using AverageGaps = AveragePooling2D<ImageShape{7, 6, 3}, 2, 3>;
+  static_assert(MaxOverlap::output_shape.height == 3 && MaxOverlap::output_shape.width == 2);
+  static_assert(MaxGaps::output_shape.height == 2 && MaxGaps::output_shape.width == 2);
+  CHECK(MaxOverlap::name() == "MaxPool2D<7x6x3, 3, stride 2>");
+  CHECK(AverageGaps::name() == "AveragePooling2D<7x6x3, 2, stride 3>");
+
+  // y and dx written out window by window: the first largest value (row order) takes the
+  // window's dy, each pixel of a window takes dy / pool^2, summed over the windows.
+  auto check = [&]<class Max, class Average>(Max, Average, int pool, int stride) {
+    CAPTURE(pool);
+    constexpr auto out = Max::output_shape;
+    Matrix const dy = random_matrix(out.size(), int(x.cols()), 40);
+    Matrix max_y(out.size(), x.cols()), mean_y(out.size(), x.cols());
+    Matrix max_dx = Matrix::Zero(x.rows(), x.cols()), mean_dx = max_dx;
+    for (Eigen::Index s = 0; s < x.cols(); ++s)
+      for (int oh = 0; oh < out.height; ++oh)
+        for (int ow = 0; ow < out.width; ++ow)
+          for (int c = 0; c < 3; ++c) {
+            int const o = (oh * out.width + ow) * 3 + c;
+            int best = -1;
+            double sum = 0.0;
+            for (int ph = 0; ph < pool; ++ph)
+              for (int pw = 0; pw < pool; ++pw) {
+                int const at = ((oh * stride + ph) * 6 + ow * stride + pw) * 3 + c;
+                if (best < 0 || x(at, s) > x(best, s)) best = at;
+                sum += double(x(at, s));
+                mean_dx(at, s) += dy(o, s) / float(pool * pool);
+              }
+            max_y(o, s) = x(best, s);
+            max_dx(best, s) += dy(o, s);
+            mean_y(o, s) = float(sum / double(pool * pool));
+          }
+    Matrix got(out.size(), x.cols()), dx = Matrix::Constant(x.rows(), x.cols(), std::numeric_limits<float>::quiet_NaN());
+    Max{}.template forward<CpuBackend>(nullptr, view(x), view(got), {}, {});
+    CHECK(got == max_y);
+    Max{}.template backward<CpuBackend>(nullptr, nullptr, view(x), view(got), {}, view(dy), view(dx), false);
+    CHECK((dx - max_dx).cwiseAbs().maxCoeff() <= 1e-6f);
+    Average{}.template forward<CpuBackend>(nullptr, view(x), view(got), {}, {});
+    CHECK((got - mean_y).cwiseAbs().maxCoeff() <= 1e-6f);
+    dx.setConstant(std::numeric_limits<float>::quiet_NaN());
+    Average{}.template backward<CpuBackend>(nullptr, nullptr, view(x), view(got), {}, view(dy), view(dx), false);
+    CHECK((dx - mean_dx).cwiseAbs().maxCoeff() <= 1e-6f);
+  };
+  check(MaxOverlap{}, AverageOverlap{}, 3, 2);
+  check(MaxGaps{}, AverageGaps{}, 2, 3);
+
+  // Through a model, split over samples by the intra-op team as the trainer splits them.
+  using Conv = Conv2D<ImageShape{7, 6, 2}, 3, 2, Padding::same>;  // 7 x 6 x 3
+  using Max = MaxPool2D<Conv::output_shape, 3, 2>;                // 3 x 2 x 3
+  using Average = AveragePooling2D<ImageShape{7, 6, 3}, 3, 2>;
+  Sequential<Conv, Tanh, Max, Dense<Max::output_shape.size(), 3>> max_model(27);
+  check_gradients(max_model, random_matrix(7 * 6 * 2, 4, 41), labels({0, 2, 1, 1}), SoftmaxCrossEntropy{}, {});
+  Sequential<Conv, Tanh, Average, Dense<Average::output_shape.size(), 3>> average_model(28);
+  check_gradients(average_model, random_matrix(7 * 6 * 2, 4, 42), labels({1, 2, 0, 1}), SoftmaxCrossEntropy{}, {});
+}
+
 TEST_CASE("MaxPool2D passes a tie's gradient to the first largest value and propagates NaN") {
   using Pool = MaxPool2D<ImageShape{2, 2, 1}, 2>;
   Pool const pool;

@@ -79,13 +79,16 @@ TEST_CASE("a convolutional model trains on Mirrored<2> and Mirrored<3> what it t
   CHECK(model.predict(x) == loaded.predict(x));
 }
 
-// A strided convolution (overlapping windows under `same`), average pooling and a global
-// mean: the replicas' and the intra-op threads' shards train what one replica trains.
+// A strided convolution (overlapping windows under `same`), overlapping max pooling, average
+// pooling and a global mean: the replicas' and the intra-op threads' shards train what one
+// replica trains.
 TEST_CASE("a CNN with strides and average pooling trains on Mirrored<2> and intra-op threads what it trains on OneDevice") {
   using Strided = Conv2D<ImageShape{28, 28, 1}, 6, 3, Padding::same, 2>;  // 14 x 14 x 6
-  using Average = AveragePooling2D<Strided::output_shape, 2>;             // 7 x 7 x 6
-  using Last = Conv2D<Average::output_shape, 8, 3, Padding::valid, 2>;    // 3 x 3 x 8
-  using Cnn = Sequential<Strided, Relu, Average, Last, Relu, GlobalAveragePooling2D<Last::output_shape>, Dense<8, 10>>;
+  using Max = MaxPool2D<Strided::output_shape, 3, 2>;                     // 6 x 6 x 6, overlapping windows
+  using Average = AveragePooling2D<Max::output_shape, 2>;                 // 3 x 3 x 6
+  using Last = Conv2D<Average::output_shape, 8, 3, Padding::same, 2>;     // 2 x 2 x 8
+  using Cnn = Sequential<Strided, Relu, Max, Average, Last, Relu, GlobalAveragePooling2D<Last::output_shape>,
+                         Dense<8, 10>>;
   Adam const adam{.lr = 1e-2f};
   auto const reference = train_weights<Trainer<OneDevice>, Cnn>(30, adam);
   Cnn const untrained(42);

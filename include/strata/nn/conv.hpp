@@ -1,7 +1,7 @@
 #pragma once
 // Image layers, as Keras computes them with channels last: Conv2D (a 2-D convolution with a
-// stride and padding `valid` or `same`), MaxPool2D and AveragePooling2D (non-overlapping
-// windows) and GlobalAveragePooling2D:
+// stride and padding `valid` or `same`), MaxPool2D and AveragePooling2D (windows with a
+// stride) and GlobalAveragePooling2D:
 //
 //   using Conv = strata::Conv2D<strata::ImageShape{28, 28, 1}, 32, 3>;          // 26 x 26 x 32
 //   using Pool = strata::MaxPool2D<Conv::output_shape, 2>;                       // 13 x 13 x 32
@@ -70,6 +70,19 @@ constexpr ConvExtent conv_extent(int in, int kernel, int stride, Padding padding
 // first one `top` rows above the image and `left` columns left of it (the padding before).
 struct ConvWindows {
   int kernel = 1, stride = 1, top = 0, left = 0;
+};
+
+// Where a pooling layer's windows lie: height x width pixels, `stride` pixels apart, the
+// first at the image's corner, as many as fit whole (Keras' `valid`).
+struct PoolWindows {
+  int height = 1, width = 1, stride = 1;
+  [[nodiscard]] constexpr int rows(ImageShape in) const { return (in.height - height) / stride + 1; }
+  [[nodiscard]] constexpr int columns(ImageShape in) const { return (in.width - width) / stride + 1; }
+  // Whether every pixel of `in` lies in exactly one window.
+  [[nodiscard]] constexpr bool tiles(ImageShape in) const {
+    return (rows(in) == 1 ? height == in.height : stride == height && in.height % height == 0) &&
+           (columns(in) == 1 ? width == in.width : stride == width && in.width % width == 0);
+  }
 };
 
 // The host loops of the image layers. Each splits the batch's samples over the intra-op team
@@ -147,90 +160,91 @@ struct ImageMath<CpuBackend> {
     });
   }
 
-  // Each output pixel's largest value per channel over its Pool x Pool window, and where it
-  // lies: the first of equal largest values in row order, or the first NaN (which then
-  // propagates, as in Keras and PyTorch). The window's pixels are visited in turn, each
-  // compared with all channels at once (they lie side by side). `visit(p, best, at)` gets
-  // output pixel p's maxima and their places in the image (channel k's at at[k] * channels + k).
-  template <ImageShape In, int Pool, class Visit>
+  // Each output pixel's largest value per channel over its window, and where it lies: the
+  // first of equal largest values in row order, or the first NaN (which then propagates, as
+  // in Keras and PyTorch). The window's pixels are visited in turn, each compared with all
+  // channels at once (they lie side by side). `visit(p, corner, best, at)` gets output pixel
+  // p's window (its first pixel), maxima and their places in the image (channel k's at
+  // at[k] * channels + k).
+  template <ImageShape In, PoolWindows W, class Visit>
   static void window_maxima(float const* image, Visit&& visit) {
     constexpr int c = In.channels;
     std::array<float, c> best;
     std::array<int, c> at;
-    int p = 0;
-    for (int oh = 0; oh < In.height / Pool; ++oh)
-      for (int ow = 0; ow < In.width / Pool; ++ow, ++p) {
-        int const first = oh * Pool * In.width + ow * Pool;
-        std::copy_n(image + std::size_t(first) * c, c, best.begin());
-        at.fill(first);
-        for (int ph = 0; ph < Pool; ++ph)
-          for (int pw = ph == 0 ? 1 : 0; pw < Pool; ++pw) {
-            int const pixel = first + ph * In.width + pw;
-            float const* v = image + std::size_t(pixel) * c;
-            for (int k = 0; k < c; ++k) {
-              bool const take = v[k] > best[k] || (std::isnan(v[k]) && !std::isnan(best[k]));
-              best[k] = take ? v[k] : best[k];
-              at[k] = take ? pixel : at[k];
-            }
+    for_each_window<In, W>(1, [&](int, int p, int corner) {
+      std::copy_n(image + std::size_t(corner) * c, c, best.begin());
+      at.fill(corner);
+      for (int ph = 0; ph < W.height; ++ph)
+        for (int pw = ph == 0 ? 1 : 0; pw < W.width; ++pw) {
+          int const pixel = corner + ph * In.width + pw;
+          float const* v = image + std::size_t(pixel) * c;
+          for (int k = 0; k < c; ++k) {
+            bool const take = v[k] > best[k] || (std::isnan(v[k]) && !std::isnan(best[k]));
+            best[k] = take ? v[k] : best[k];
+            at[k] = take ? pixel : at[k];
           }
-        visit(p, best, at);
-      }
+        }
+      visit(p, corner, best, at);
+    });
   }
 
-  template <ImageShape In, int Pool>
+  template <ImageShape In, PoolWindows W>
   static void max_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
     run_split_columns(x.rows, x.cols, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
         float* out = y.data + std::size_t(s) * std::size_t(y.rows);
-        window_maxima<In, Pool>(x.data + std::size_t(s) * std::size_t(x.rows),
-                                [&](int p, auto const& best, auto const&) {
-                                  std::copy_n(best.begin(), c, out + std::size_t(p) * c);
-                                });
+        window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows),
+                             [&](int p, int, auto const& best, auto const&) {
+                               std::copy_n(best.begin(), c, out + std::size_t(p) * c);
+                             });
       }
     });
   }
 
   // dx: each output's dy at the place of its window's largest value, zero elsewhere. The
-  // place is found again from x, as forward found it. The windows do not overlap, so each
-  // window's pixels are written whole, channels side by side; only the rows and columns past
-  // the last whole window are zeroed apart.
-  template <ImageShape In, int Pool>
+  // place is found again from x, as forward found it. Where the windows tile the image
+  // (stride = window, nothing dropped), each window's pixels are written whole, channels side
+  // by side; otherwise dx starts at zero and each dy is added at its place (a pixel may be
+  // the largest of several overlapping windows).
+  template <ImageShape In, PoolWindows W>
   static void max_pool_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
-    constexpr int c = In.channels, out_width = In.width / Pool;
-    constexpr bool whole = In.height % Pool == 0 && In.width % Pool == 0;
+    constexpr int c = In.channels;
     run_split_columns(x.rows, x.cols, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
         float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows);
         float* out = dx.data + std::size_t(s) * std::size_t(dx.rows);
-        if constexpr (!whole) std::fill_n(out, dx.rows, 0.0f);
-        window_maxima<In, Pool>(x.data + std::size_t(s) * std::size_t(x.rows), [&](int p, auto const&, auto const& at) {
-          float const* from = d + std::size_t(p) * c;
-          int const corner = (p / out_width) * Pool * In.width + (p % out_width) * Pool;
-          for (int ph = 0; ph < Pool; ++ph)
-            for (int pw = 0; pw < Pool; ++pw) {
-              int const pixel = corner + ph * In.width + pw;
-              float* to = out + std::size_t(pixel) * c;
-              for (int k = 0; k < c; ++k) to[k] = at[k] == pixel ? from[k] : 0.0f;
-            }
-        });
+        if constexpr (!W.tiles(In)) std::fill_n(out, dx.rows, 0.0f);
+        window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows),
+                             [&](int p, int corner, auto const&, auto const& at) {
+                               float const* from = d + std::size_t(p) * c;
+                               if constexpr (W.tiles(In)) {
+                                 for (int ph = 0; ph < W.height; ++ph)
+                                   for (int pw = 0; pw < W.width; ++pw) {
+                                     int const pixel = corner + ph * In.width + pw;
+                                     float* to = out + std::size_t(pixel) * c;
+                                     for (int k = 0; k < c; ++k) to[k] = at[k] == pixel ? from[k] : 0.0f;
+                                   }
+                               } else {
+                                 for (int k = 0; k < c; ++k) out[std::size_t(at[k]) * c + std::size_t(k)] += from[k];
+                               }
+                             });
       }
     });
   }
 
-  // Each output pixel's mean per channel over its PoolH x PoolW window (the windows do not
-  // overlap; rows and columns past the last whole window are dropped): the window's values
-  // summed in row order, then times 1 / (PoolH * PoolW), channels side by side.
-  template <ImageShape In, int PoolH, int PoolW>
+  // Each output pixel's mean per channel over its window: the window's values summed in row
+  // order, then times 1 / (height * width), channels side by side.
+  template <ImageShape In, PoolWindows W>
   static void average_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
-    constexpr float scale = 1.0f / float(PoolH * PoolW);
-    for_each_window<In, PoolH, PoolW>(x.cols, [&](int s, int p, int corner) {
+    constexpr float scale = 1.0f / float(W.height * W.width);
+    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
       float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
       float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
       std::fill_n(out, c, 0.0f);
-      for (int ph = 0; ph < PoolH; ++ph)
-        for (int pw = 0; pw < PoolW; ++pw) {
+      for (int ph = 0; ph < W.height; ++ph)
+        for (int pw = 0; pw < W.width; ++pw) {
           float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
           for (int k = 0; k < c; ++k) out[k] += v[k];
         }
@@ -238,38 +252,48 @@ struct ImageMath<CpuBackend> {
     });
   }
 
-  // dx: each output's dy / (PoolH * PoolW) at every pixel of its window; zero in the rows and
-  // columns past the last whole window.
-  template <ImageShape In, int PoolH, int PoolW>
+  // dx: each output's dy / (height * width) at every pixel of its window, added up where
+  // windows overlap; zero where no window lies.
+  template <ImageShape In, PoolWindows W>
   static void average_pool_backward(ConstMatrixView dy, MatrixView dx) {
     constexpr int c = In.channels;
-    constexpr float scale = 1.0f / float(PoolH * PoolW);
-    if constexpr (In.height % PoolH != 0 || In.width % PoolW != 0)
+    constexpr float scale = 1.0f / float(W.height * W.width);
+    if constexpr (!W.tiles(In))
       run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
         std::fill_n(dx.data + std::size_t(first) * std::size_t(dx.rows), std::size_t(count) * std::size_t(dx.rows), 0.0f);
       });
-    for_each_window<In, PoolH, PoolW>(dx.cols, [&](int s, int p, int corner) {
+    for_each_window<In, W>(dx.cols, [&](int s, int p, int corner) {
       float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
       float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
-      for (int ph = 0; ph < PoolH; ++ph)
-        for (int pw = 0; pw < PoolW; ++pw) {
+      for (int ph = 0; ph < W.height; ++ph)
+        for (int pw = 0; pw < W.width; ++pw) {
           float* to = image + std::size_t(corner + ph * In.width + pw) * c;
-          for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
+          if constexpr (W.tiles(In))
+            for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
+          else
+            for (int k = 0; k < c; ++k) to[k] += d[k] * scale;
         }
     });
   }
 
  private:
-  // visit(s, p, corner) for every PoolH x PoolW window p (row by row) of every sample s, the
-  // samples split over the intra-op team; `corner` is the window's first pixel.
-  template <ImageShape In, int PoolH, int PoolW, class Visit>
+  // visit(s, p, corner) for every window p (row by row) of every sample s in [0, samples),
+  // the samples split over the intra-op team (one sample: the calling thread); `corner` is
+  // the window's first pixel. Each sample's windows are visited by one thread, in order, so
+  // sums over overlapping windows do not depend on the split.
+  template <ImageShape In, PoolWindows W, class Visit>
   static void for_each_window(int samples, Visit&& visit) {
+    auto const windows_of = [&](int s) {
+      int p = 0;
+      for (int oh = 0; oh < W.rows(In); ++oh)
+        for (int ow = 0; ow < W.columns(In); ++ow, ++p) visit(s, p, (oh * In.width + ow) * W.stride);
+    };
+    if (samples == 1) {
+      windows_of(0);
+      return;
+    }
     run_split_columns(In.size(), samples, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) {
-        int p = 0;
-        for (int oh = 0; oh < In.height / PoolH; ++oh)
-          for (int ow = 0; ow < In.width / PoolW; ++ow, ++p) visit(s, p, oh * PoolH * In.width + ow * PoolW);
-      }
+      for (int s = first; s < first + count; ++s) windows_of(s);
     });
   }
 };
@@ -349,65 +373,75 @@ struct Conv2D {
   static MatrixView patches_of(MatrixView buffer, int samples) { return {buffer.data, patch_rows, pixels * samples}; }
 };
 
-template <ImageShape In, int Pool = 2>
-struct MaxPool2D {
-  static_assert(Pool >= 1, "strata::MaxPool2D<shape, Pool>: Pool must be at least 1");
+// The checks and shapes both pooling layers share: Pool x Pool windows, Stride pixels apart
+// (Pool by default: windows side by side), as many as fit whole (Keras' `valid`).
+template <ImageShape In, int Pool, int Stride>
+struct Pooling {
+  static_assert(Pool >= 1, "strata's pooling layers <shape, Pool, Stride>: Pool must be at least 1");
+  static_assert(Stride >= 1, "strata's pooling layers <shape, Pool, Stride>: Stride must be at least 1");
   static_assert(Pool <= In.height && Pool <= In.width,
-                "strata::MaxPool2D<shape, Pool>: the window must fit inside the image; use a smaller Pool");
+                "strata's pooling layers <shape, Pool, Stride>: the window must fit inside the image; use a smaller Pool");
 
-  // Keras' `valid`: rows and columns past the last whole window are dropped.
-  static constexpr ImageShape output_shape{In.height / Pool, In.width / Pool, In.channels};
+  static constexpr PoolWindows windows{Pool, Pool, Stride};
+  static constexpr ImageShape output_shape{windows.rows(In), windows.columns(In), In.channels};
   static constexpr int input_width = In.size();
   static constexpr int output_width(int) { return output_shape.size(); }
   static constexpr std::size_t parameter_count(int) { return 0; }
-  static std::string name() { return "MaxPool2D<" + In.text() + ", " + std::to_string(Pool) + ">"; }
+  static std::string text() {
+    return In.text() + ", " + std::to_string(Pool) + (Stride != Pool ? ", stride " + std::to_string(Stride) : "") + ">";
+  }
+  void initialize(float*, int, Rng&) const {}
+};
+
+// The largest value of each Pool x Pool window, per channel (Keras' MaxPooling2D(Pool,
+// strides=Stride), `valid`). Windows may overlap (Stride < Pool); the gradient goes to the
+// first largest value of each window, summed where windows share it.
+template <ImageShape In, int Pool = 2, int Stride = Pool>
+struct MaxPool2D : Pooling<In, Pool, Stride> {
+  using Pooling<In, Pool, Stride>::windows;
+  static std::string name() { return "MaxPool2D<" + Pooling<In, Pool, Stride>::text(); }
   static constexpr BackwardReads backward_reads{.input = true, .output = false};  // the largest's place, from x
   static constexpr bool selects_values = true;                                   // y is one of x's values
-  void initialize(float*, int, Rng&) const {}
 
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
-    ImageMath<B>::template max_pool<In, Pool>(x, y);
+    ImageMath<B>::template max_pool<In, windows>(x, y);
   }
   template <Backend B>
   void backward(float const*, float*, ConstMatrixView x, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
                 bool) const {
-    if (dx.data != nullptr) ImageMath<B>::template max_pool_backward<In, Pool>(x, dy, dx);
+    if (dx.data != nullptr) ImageMath<B>::template max_pool_backward<In, windows>(x, dy, dx);
   }
 };
 
-// The mean of each non-overlapping Pool x Pool window, per channel (Keras' AveragePooling2D
-// with pool_size = strides = Pool, `valid`): rows and columns past the last whole window are
-// dropped.
-template <ImageShape In, int Pool = 2>
-struct AveragePooling2D {
-  static_assert(Pool >= 1, "strata::AveragePooling2D<shape, Pool>: Pool must be at least 1");
-  static_assert(Pool <= In.height && Pool <= In.width,
-                "strata::AveragePooling2D<shape, Pool>: the window must fit inside the image; use a smaller Pool");
-
-  static constexpr ImageShape output_shape{In.height / Pool, In.width / Pool, In.channels};
-  static constexpr int input_width = In.size();
-  static constexpr int output_width(int) { return output_shape.size(); }
-  static constexpr std::size_t parameter_count(int) { return 0; }
-  static std::string name() { return "AveragePooling2D<" + In.text() + ", " + std::to_string(Pool) + ">"; }
-  static constexpr BackwardReads backward_reads{.input = false, .output = false};  // dx = dy / Pool^2
-  void initialize(float*, int, Rng&) const {}
+// The mean over each of W's windows per channel, and its gradient: what both average
+// pooling layers compute.
+template <ImageShape In, PoolWindows W>
+struct WindowMean {
+  static constexpr BackwardReads backward_reads{.input = false, .output = false};  // dx = dy / window size
 
   template <Backend B>
   void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
-    ImageMath<B>::template average_pool<In, Pool, Pool>(x, y);
+    ImageMath<B>::template average_pool<In, W>(x, y);
   }
   template <Backend B>
   void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
                 bool) const {
-    if (dx.data != nullptr) ImageMath<B>::template average_pool_backward<In, Pool, Pool>(dy, dx);
+    if (dx.data != nullptr) ImageMath<B>::template average_pool_backward<In, W>(dy, dx);
   }
+};
+
+// The mean of each Pool x Pool window, per channel (Keras' AveragePooling2D(Pool,
+// strides=Stride), `valid`).
+template <ImageShape In, int Pool = 2, int Stride = Pool>
+struct AveragePooling2D : Pooling<In, Pool, Stride>, WindowMean<In, PoolWindows{Pool, Pool, Stride}> {
+  static std::string name() { return "AveragePooling2D<" + Pooling<In, Pool, Stride>::text(); }
 };
 
 // The mean of each channel over the whole image (Keras' GlobalAveragePooling2D): a vector of
 // In.channels values per sample, output_shape 1 x 1 x channels.
 template <ImageShape In>
-struct GlobalAveragePooling2D {
+struct GlobalAveragePooling2D : WindowMean<In, PoolWindows{In.height, In.width, 1}> {  // one window
   static_assert(In.height >= 1 && In.width >= 1 && In.channels >= 1,
                 "strata::GlobalAveragePooling2D<ImageShape{height, width, channels}>: every dimension must be at least 1");
 
@@ -416,18 +450,7 @@ struct GlobalAveragePooling2D {
   static constexpr int output_width(int) { return In.channels; }
   static constexpr std::size_t parameter_count(int) { return 0; }
   static std::string name() { return "GlobalAveragePooling2D<" + In.text() + ">"; }
-  static constexpr BackwardReads backward_reads{.input = false, .output = false};  // dx = dy / pixels
   void initialize(float*, int, Rng&) const {}
-
-  template <Backend B>
-  void forward(float const*, ConstMatrixView x, MatrixView y, Scratch, ForwardContext const&) const {
-    ImageMath<B>::template average_pool<In, In.height, In.width>(x, y);
-  }
-  template <Backend B>
-  void backward(float const*, float*, ConstMatrixView, ConstMatrixView, Scratch, ConstMatrixView dy, MatrixView dx,
-                bool) const {
-    if (dx.data != nullptr) ImageMath<B>::template average_pool_backward<In, In.height, In.width>(dy, dx);
-  }
 };
 
 }  // namespace strata::nn
