@@ -470,10 +470,21 @@ Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int top, i
         }
   return y;
 }
-// With stride 1 and the same padding before on both axes.
-Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int pad, int out_h, int out_w, float const* w,
-                          float const* b, Matrix const& x) {
-  return direct_convolution(in, filters, kernel, pad, pad, 1, out_h, out_w, w, b, x);
+
+// Conv2D layer L on images `in` (columns of x), with random weights and biases, against the
+// direct convolution with the given kernel, stride and padding before.
+template <class L>
+void check_direct_convolution(Rng& rng, nn::ImageShape in, Matrix const& x, int kernel, int stride, int top, int left) {
+  CAPTURE(L::name());
+  Sequential<L> layer(6);
+  auto p = layer.parameters();
+  for (float& v : p) v = 2.0f * rng.uniform() - 1.0f;
+  constexpr auto out = L::output_shape;
+  Matrix const direct = direct_convolution(in, out.channels, kernel, top, left, stride, out.height, out.width, p.data(),
+                                           p.data() + kernel * kernel * in.channels * out.channels, x);
+  Matrix const got = layer.predict(x);
+  REQUIRE(got.rows() == direct.rows());
+  CHECK(((got - direct).array().abs() <= 1e-5f * (1.0f + direct.array().abs())).all());
 }
 }  // namespace
 
@@ -506,7 +517,7 @@ TEST_CASE("Conv2D and MaxPool2D compute a direct convolution and a direct max") 
   Rng rng(8);
   for (float& p : params) p = 2.0f * rng.uniform() - 1.0f;  // biases too, not only zeros
   Matrix const x = random_matrix(7 * 6 * 3, 9, 3);
-  Matrix const conv = direct_convolution({7, 6, 3}, 4, 3, 1, 7, 6, params.data(), params.data() + 3 * 3 * 3 * 4, x);
+  Matrix const conv = direct_convolution({7, 6, 3}, 4, 3, 1, 1, 1, 7, 6, params.data(), params.data() + 3 * 3 * 3 * 4, x);
 
   Sequential<Conv> alone(5);
   std::copy(params.begin(), params.end(), alone.parameters().begin());
@@ -528,18 +539,9 @@ TEST_CASE("Conv2D and MaxPool2D compute a direct convolution and a direct max") 
 
   // An even kernel under `same` pads (kernel - 1) / 2 = 0 before and 1 after, as Keras does;
   // `valid` pads nothing.
-  auto check = [&]<class L>(L, int kernel, int pad) {
-    Sequential<L> layer(6);
-    auto p = layer.parameters();
-    for (float& v : p) v = 2.0f * rng.uniform() - 1.0f;
-    constexpr auto out = L::output_shape;
-    Matrix const direct = direct_convolution({7, 6, 3}, out.channels, kernel, pad, out.height, out.width, p.data(),
-                                             p.data() + kernel * kernel * 3 * out.channels, x);
-    CHECK(((layer.predict(x) - direct).array().abs() <= 1e-5f * (1.0f + direct.array().abs())).all());
-  };
-  check(Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::same>{}, 2, 0);
-  check(Conv2D<ImageShape{7, 6, 3}, 5, 4, Padding::same>{}, 4, 1);
-  check(Conv2D<ImageShape{7, 6, 3}, 2, 4>{}, 4, 0);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::same>>(rng, {7, 6, 3}, x, 2, 1, 0, 0);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 5, 4, Padding::same>>(rng, {7, 6, 3}, x, 4, 1, 1, 1);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 2, 4>>(rng, {7, 6, 3}, x, 4, 1, 0, 0);
 }
 
 TEST_CASE("Conv2D with a stride: Keras' output sizes and padding, a direct convolution, central differences") {
@@ -557,23 +559,13 @@ TEST_CASE("Conv2D with a stride: Keras' output sizes and padding, a direct convo
   Rng rng(31);
   Matrix const x = random_matrix(7 * 6 * 3, 5, 32);
   // Each layer's predictions against the direct convolution with its padding and stride.
-  auto check = [&]<class L>(L, int kernel, int stride, int top, int left) {
-    CAPTURE(L::name());
-    Sequential<L> layer(6);
-    auto p = layer.parameters();
-    for (float& v : p) v = 2.0f * rng.uniform() - 1.0f;
-    constexpr auto out = L::output_shape;
-    Matrix const direct = direct_convolution({7, 6, 3}, out.channels, kernel, top, left, stride, out.height, out.width,
-                                             p.data(), p.data() + kernel * kernel * 3 * out.channels, x);
-    Matrix const got = layer.predict(x);
-    REQUIRE(got.rows() == direct.rows());
-    CHECK(((got - direct).array().abs() <= 1e-5f * (1.0f + direct.array().abs())).all());
-  };
-  check(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::valid, 2>{}, 3, 2, 0, 0);  // 3 x 2: the last column unread
-  check(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>{}, 3, 2, 1, 0);   // 4 x 3: one row above, none left
-  check(Conv2D<ImageShape{7, 6, 3}, 2, 4, Padding::same, 2>{}, 4, 2, 1, 1);   // even kernel
-  check(Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::valid, 3>{}, 2, 3, 0, 0);  // stride past the kernel: pixels skipped
-  check(Conv2D<ImageShape{7, 6, 3}, 3, 1, Padding::same, 2>{}, 1, 2, 0, 0);   // a 1 x 1 kernel, subsampling
+  ImageShape const in{7, 6, 3};
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::valid, 2>>(rng, in, x, 3, 2, 0, 0);  // 3 x 2
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>>(rng, in, x, 3, 2, 1, 0);   // 4 x 3
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 2, 4, Padding::same, 2>>(rng, in, x, 4, 2, 1, 1);   // even kernel
+  // A stride past the kernel (pixels skipped), and a 1 x 1 kernel that subsamples.
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::valid, 3>>(rng, in, x, 2, 3, 0, 0);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 3, 1, Padding::same, 2>>(rng, in, x, 1, 2, 0, 0);
   static_assert(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>::output_shape.height == 4);
   static_assert(Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 2>::output_shape.width == 3);
   CHECK(Conv2D<ImageShape{28, 28, 1}, 32, 3, Padding::same, 2>::name() == "Conv2D<28x28x1, 32, 3x3, stride 2, same>");

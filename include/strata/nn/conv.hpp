@@ -171,7 +171,7 @@ struct ImageMath<CpuBackend> {
     constexpr int c = In.channels;
     std::array<float, c> best;
     std::array<int, c> at;
-    for_each_window<In, W>(1, [&](int, int p, int corner) {
+    for_each_window<In, W>([&](int p, int corner) {
       std::copy_n(image + std::size_t(corner) * c, c, best.begin());
       at.fill(corner);
       for (int ph = 0; ph < W.height; ++ph)
@@ -239,16 +239,20 @@ struct ImageMath<CpuBackend> {
   static void average_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
     constexpr float scale = 1.0f / float(W.height * W.width);
-    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
-      float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
-      float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
-      std::fill_n(out, c, 0.0f);
-      for (int ph = 0; ph < W.height; ++ph)
-        for (int pw = 0; pw < W.width; ++pw) {
-          float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
-          for (int k = 0; k < c; ++k) out[k] += v[k];
-        }
-      for (int k = 0; k < c; ++k) out[k] *= scale;
+    run_split_columns(x.rows, x.cols, [&](int first, int count) {
+      for (int s = first; s < first + count; ++s) {
+        float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
+        for_each_window<In, W>([&](int p, int corner) {
+          float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
+          std::fill_n(out, c, 0.0f);
+          for (int ph = 0; ph < W.height; ++ph)
+            for (int pw = 0; pw < W.width; ++pw) {
+              float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
+              for (int k = 0; k < c; ++k) out[k] += v[k];
+            }
+          for (int k = 0; k < c; ++k) out[k] *= scale;
+        });
+      }
     });
   }
 
@@ -258,43 +262,35 @@ struct ImageMath<CpuBackend> {
   static void average_pool_backward(ConstMatrixView dy, MatrixView dx) {
     constexpr int c = In.channels;
     constexpr float scale = 1.0f / float(W.height * W.width);
-    if constexpr (!W.tiles(In))
-      run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
-        std::fill_n(dx.data + std::size_t(first) * std::size_t(dx.rows), std::size_t(count) * std::size_t(dx.rows), 0.0f);
-      });
-    for_each_window<In, W>(dx.cols, [&](int s, int p, int corner) {
-      float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
-      float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
-      for (int ph = 0; ph < W.height; ++ph)
-        for (int pw = 0; pw < W.width; ++pw) {
-          float* to = image + std::size_t(corner + ph * In.width + pw) * c;
-          if constexpr (W.tiles(In))
-            for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
-          else
-            for (int k = 0; k < c; ++k) to[k] += d[k] * scale;
-        }
+    run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
+      for (int s = first; s < first + count; ++s) {
+        float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
+        if constexpr (!W.tiles(In)) std::fill_n(image, dx.rows, 0.0f);
+        for_each_window<In, W>([&](int p, int corner) {
+          float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
+          for (int ph = 0; ph < W.height; ++ph)
+            for (int pw = 0; pw < W.width; ++pw) {
+              float* to = image + std::size_t(corner + ph * In.width + pw) * c;
+              if constexpr (W.tiles(In))
+                for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
+              else
+                for (int k = 0; k < c; ++k) to[k] += d[k] * scale;
+            }
+        });
+      }
     });
   }
 
  private:
-  // visit(s, p, corner) for every window p (row by row) of every sample s in [0, samples),
-  // the samples split over the intra-op team (one sample: the calling thread); `corner` is
-  // the window's first pixel. Each sample's windows are visited by one thread, in order, so
-  // sums over overlapping windows do not depend on the split.
+  // visit(p, corner) for every window p of one image, row by row, `corner` its first pixel.
+  // The pools call it per sample inside their split over the samples, so each sample's
+  // windows are visited by one thread, in order: sums over overlapping windows do not depend
+  // on the split.
   template <ImageShape In, PoolWindows W, class Visit>
-  static void for_each_window(int samples, Visit&& visit) {
-    auto const windows_of = [&](int s) {
-      int p = 0;
-      for (int oh = 0; oh < W.rows(In); ++oh)
-        for (int ow = 0; ow < W.columns(In); ++ow, ++p) visit(s, p, (oh * In.width + ow) * W.stride);
-    };
-    if (samples == 1) {
-      windows_of(0);
-      return;
-    }
-    run_split_columns(In.size(), samples, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) windows_of(s);
-    });
+  static void for_each_window(Visit&& visit) {
+    int p = 0;
+    for (int oh = 0; oh < W.rows(In); ++oh)
+      for (int ow = 0; ow < W.columns(In); ++ow, ++p) visit(p, (oh * In.width + ow) * W.stride);
   }
 };
 
@@ -377,10 +373,12 @@ struct Conv2D {
 // (Pool by default: windows side by side), as many as fit whole (Keras' `valid`).
 template <ImageShape In, int Pool, int Stride>
 struct Pooling {
-  static_assert(Pool >= 1, "strata's pooling layers <shape, Pool, Stride>: Pool must be at least 1");
-  static_assert(Stride >= 1, "strata's pooling layers <shape, Pool, Stride>: Stride must be at least 1");
+  static_assert(Pool >= 1, "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: Pool must be at least 1");
+  static_assert(Stride >= 1,
+                "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: Stride must be at least 1");
   static_assert(Pool <= In.height && Pool <= In.width,
-                "strata's pooling layers <shape, Pool, Stride>: the window must fit inside the image; use a smaller Pool");
+                "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: the window must fit inside the "
+                "image; use a smaller Pool");
 
   static constexpr PoolWindows windows{Pool, Pool, Stride};
   static constexpr ImageShape output_shape{windows.rows(In), windows.columns(In), In.channels};
@@ -434,7 +432,7 @@ struct WindowMean {
 // The mean of each Pool x Pool window, per channel (Keras' AveragePooling2D(Pool,
 // strides=Stride), `valid`).
 template <ImageShape In, int Pool = 2, int Stride = Pool>
-struct AveragePooling2D : Pooling<In, Pool, Stride>, WindowMean<In, PoolWindows{Pool, Pool, Stride}> {
+struct AveragePooling2D : Pooling<In, Pool, Stride>, WindowMean<In, Pooling<In, Pool, Stride>::windows> {
   static std::string name() { return "AveragePooling2D<" + Pooling<In, Pool, Stride>::text(); }
 };
 
