@@ -160,75 +160,37 @@ struct ImageMath<CpuBackend> {
     });
   }
 
-  // Each output pixel's largest value per channel over its window, and where it lies: the
-  // first of equal largest values in row order, or the first NaN (which then propagates, as
-  // in Keras and PyTorch). The window's pixels are visited in turn, each compared with all
-  // channels at once (they lie side by side). `visit(p, corner, best, at)` gets output pixel
-  // p's window (its first pixel), maxima and their places in the image (channel k's at
-  // at[k] * channels + k).
-  template <ImageShape In, PoolWindows W, class Visit>
-  static void window_maxima(float const* image, Visit&& visit) {
-    constexpr int c = In.channels;
-    std::array<float, c> best;
-    std::array<int, c> at;
-    for_each_window<In, W>([&](int p, int corner) {
-      std::copy_n(image + std::size_t(corner) * c, c, best.begin());
-      at.fill(corner);
-      for (int ph = 0; ph < W.height; ++ph)
-        for (int pw = ph == 0 ? 1 : 0; pw < W.width; ++pw) {
-          int const pixel = corner + ph * In.width + pw;
-          float const* v = image + std::size_t(pixel) * c;
-          for (int k = 0; k < c; ++k) {
-            bool const take = v[k] > best[k] || (std::isnan(v[k]) && !std::isnan(best[k]));
-            best[k] = take ? v[k] : best[k];
-            at[k] = take ? pixel : at[k];
-          }
-        }
-      visit(p, corner, best, at);
-    });
-  }
-
   template <ImageShape In, PoolWindows W>
   static void max_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
-    run_split_columns(x.rows, x.cols, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) {
-        float* out = y.data + std::size_t(s) * std::size_t(y.rows);
-        window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows),
-                             [&](int p, int, auto const& best, auto const&) {
-                               std::copy_n(best.begin(), c, out + std::size_t(p) * c);
-                             });
-      }
+    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
+      Maxima<c> const m = window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows), corner);
+      std::copy_n(m.best.begin(), c, y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c);
     });
   }
 
   // dx: each output's dy at the place of its window's largest value, zero elsewhere. The
   // place is found again from x, as forward found it. Where the windows tile the image
   // (stride = window, nothing dropped), each window's pixels are written whole, channels side
-  // by side; otherwise dx starts at zero and each dy is added at its place (a pixel may be
-  // the largest of several overlapping windows).
+  // by side; otherwise a sample's dx starts at zero and each dy is added at its place (a
+  // pixel may be the largest of several overlapping windows).
   template <ImageShape In, PoolWindows W>
   static void max_pool_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
     constexpr int c = In.channels;
-    run_split_columns(x.rows, x.cols, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) {
-        float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows);
-        float* out = dx.data + std::size_t(s) * std::size_t(dx.rows);
-        if constexpr (!W.tiles(In)) std::fill_n(out, dx.rows, 0.0f);
-        window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows),
-                             [&](int p, int corner, auto const&, auto const& at) {
-                               float const* from = d + std::size_t(p) * c;
-                               if constexpr (W.tiles(In)) {
-                                 for (int ph = 0; ph < W.height; ++ph)
-                                   for (int pw = 0; pw < W.width; ++pw) {
-                                     int const pixel = corner + ph * In.width + pw;
-                                     float* to = out + std::size_t(pixel) * c;
-                                     for (int k = 0; k < c; ++k) to[k] = at[k] == pixel ? from[k] : 0.0f;
-                                   }
-                               } else {
-                                 for (int k = 0; k < c; ++k) out[std::size_t(at[k]) * c + std::size_t(k)] += from[k];
-                               }
-                             });
+    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
+      float* out = dx.data + std::size_t(s) * std::size_t(dx.rows);
+      if (!W.tiles(In) && p == 0) std::fill_n(out, dx.rows, 0.0f);
+      Maxima<c> const m = window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows), corner);
+      float const* from = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
+      if constexpr (W.tiles(In)) {
+        for (int ph = 0; ph < W.height; ++ph)
+          for (int pw = 0; pw < W.width; ++pw) {
+            int const pixel = corner + ph * In.width + pw;
+            float* to = out + std::size_t(pixel) * c;
+            for (int k = 0; k < c; ++k) to[k] = m.at[k] == pixel ? from[k] : 0.0f;
+          }
+      } else {
+        for (int k = 0; k < c; ++k) out[std::size_t(m.at[k]) * c + std::size_t(k)] += from[k];
       }
     });
   }
@@ -239,20 +201,16 @@ struct ImageMath<CpuBackend> {
   static void average_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
     constexpr float scale = 1.0f / float(W.height * W.width);
-    run_split_columns(x.rows, x.cols, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) {
-        float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
-        for_each_window<In, W>([&](int p, int corner) {
-          float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
-          std::fill_n(out, c, 0.0f);
-          for (int ph = 0; ph < W.height; ++ph)
-            for (int pw = 0; pw < W.width; ++pw) {
-              float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
-              for (int k = 0; k < c; ++k) out[k] += v[k];
-            }
-          for (int k = 0; k < c; ++k) out[k] *= scale;
-        });
-      }
+    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
+      float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
+      float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
+      std::fill_n(out, c, 0.0f);
+      for (int ph = 0; ph < W.height; ++ph)
+        for (int pw = 0; pw < W.width; ++pw) {
+          float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
+          for (int k = 0; k < c; ++k) out[k] += v[k];
+        }
+      for (int k = 0; k < c; ++k) out[k] *= scale;
     });
   }
 
@@ -262,35 +220,64 @@ struct ImageMath<CpuBackend> {
   static void average_pool_backward(ConstMatrixView dy, MatrixView dx) {
     constexpr int c = In.channels;
     constexpr float scale = 1.0f / float(W.height * W.width);
-    run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
-      for (int s = first; s < first + count; ++s) {
-        float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
-        if constexpr (!W.tiles(In)) std::fill_n(image, dx.rows, 0.0f);
-        for_each_window<In, W>([&](int p, int corner) {
-          float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
-          for (int ph = 0; ph < W.height; ++ph)
-            for (int pw = 0; pw < W.width; ++pw) {
-              float* to = image + std::size_t(corner + ph * In.width + pw) * c;
-              if constexpr (W.tiles(In))
-                for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
-              else
-                for (int k = 0; k < c; ++k) to[k] += d[k] * scale;
-            }
-        });
-      }
+    for_each_window<In, W>(dx.cols, [&](int s, int p, int corner) {
+      float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
+      if (!W.tiles(In) && p == 0) std::fill_n(image, dx.rows, 0.0f);
+      float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
+      for (int ph = 0; ph < W.height; ++ph)
+        for (int pw = 0; pw < W.width; ++pw) {
+          float* to = image + std::size_t(corner + ph * In.width + pw) * c;
+          if constexpr (W.tiles(In))
+            for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
+          else
+            for (int k = 0; k < c; ++k) to[k] += d[k] * scale;
+        }
     });
   }
 
  private:
-  // visit(p, corner) for every window p of one image, row by row, `corner` its first pixel.
-  // The pools call it per sample inside their split over the samples, so each sample's
-  // windows are visited by one thread, in order: sums over overlapping windows do not depend
-  // on the split.
+  // visit(s, p, corner) for every window p of every sample s in [0, samples), `corner` the
+  // window's first pixel; the samples split over the intra-op team. Each sample's windows
+  // are visited by one thread, in order from p = 0 (where a backward that adds up starts its
+  // sample's dx at zero), so sums over overlapping windows do not depend on the split.
   template <ImageShape In, PoolWindows W, class Visit>
-  static void for_each_window(Visit&& visit) {
-    int p = 0;
-    for (int oh = 0; oh < W.rows(In); ++oh)
-      for (int ow = 0; ow < W.columns(In); ++ow, ++p) visit(p, (oh * In.width + ow) * W.stride);
+  static void for_each_window(int samples, Visit&& visit) {
+    run_split_columns(In.size(), samples, [&](int first, int count) {
+      for (int s = first; s < first + count; ++s) {
+        int p = 0;
+        for (int oh = 0; oh < W.rows(In); ++oh)
+          for (int ow = 0; ow < W.columns(In); ++ow, ++p) visit(s, p, (oh * In.width + ow) * W.stride);
+      }
+    });
+  }
+
+  // A window's largest value per channel and where it lies (channel k's at at[k] * channels + k).
+  template <int Channels>
+  struct Maxima {
+    std::array<float, Channels> best;
+    std::array<int, Channels> at;
+  };
+  // The maxima of the window at `corner` of `image`: the first of equal largest values in
+  // row order, or the first NaN (which then propagates, as in Keras and PyTorch). The
+  // window's pixels are visited in turn, each compared with all channels at once (they lie
+  // side by side).
+  template <ImageShape In, PoolWindows W>
+  static Maxima<In.channels> window_maxima(float const* image, int corner) {
+    constexpr int c = In.channels;
+    Maxima<c> m;
+    std::copy_n(image + std::size_t(corner) * c, c, m.best.begin());
+    m.at.fill(corner);
+    for (int ph = 0; ph < W.height; ++ph)
+      for (int pw = ph == 0 ? 1 : 0; pw < W.width; ++pw) {
+        int const pixel = corner + ph * In.width + pw;
+        float const* v = image + std::size_t(pixel) * c;
+        for (int k = 0; k < c; ++k) {
+          bool const take = v[k] > m.best[k] || (std::isnan(v[k]) && !std::isnan(m.best[k]));
+          m.best[k] = take ? v[k] : m.best[k];
+          m.at[k] = take ? pixel : m.at[k];
+        }
+      }
+    return m;
   }
 };
 
