@@ -447,11 +447,11 @@ TEST_CASE("SelfAttention and Bert check their configuration and name their param
 // even kernel and strides; a direct convolution, a direct max and direct means written out
 // as the forward's oracle; Keras' names and shapes for checkpoints.
 namespace {
-// y(oh, ow, f) = b(f) + sum over (kh, kw, c) of w(kh, kw, c, f) x(oh * stride + kh - top,
-// ow * stride + kw - left, c), zero outside the image; w as Keras stores it, (kh, kw, c, f)
-// row-major.
+// y(oh, ow, f) = b(f) + sum over (kh, kw, c) of w(kh, kw, c, f) x(oh * stride + kh * dilation
+// - top, ow * stride + kw * dilation - left, c), zero outside the image; w as Keras stores it,
+// (kh, kw, c, f) row-major.
 Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int top, int left, int stride, int out_h,
-                          int out_w, float const* w, float const* b, Matrix const& x) {
+                          int out_w, float const* w, float const* b, Matrix const& x, int dilation = 1) {
   Matrix y(out_h * out_w * filters, x.cols());
   for (Eigen::Index s = 0; s < x.cols(); ++s)
     for (int oh = 0; oh < out_h; ++oh)
@@ -461,7 +461,7 @@ Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int top, i
           for (int kh = 0; kh < kernel; ++kh)
             for (int kw = 0; kw < kernel; ++kw)
               for (int c = 0; c < in.channels; ++c) {
-                int const ih = oh * stride + kh - top, iw = ow * stride + kw - left;
+                int const ih = oh * stride + kh * dilation - top, iw = ow * stride + kw * dilation - left;
                 if (ih < 0 || ih >= in.height || iw < 0 || iw >= in.width) continue;
                 sum += double(w[((kh * kernel + kw) * in.channels + c) * filters + f]) *
                        double(x((ih * in.width + iw) * in.channels + c, s));
@@ -472,19 +472,93 @@ Matrix direct_convolution(nn::ImageShape in, int filters, int kernel, int top, i
 }
 
 // Conv2D layer L on images `in` (columns of x), with random weights and biases, against the
-// direct convolution with the given kernel, stride and padding before.
+// direct convolution with the given kernel, stride, padding before and dilation. Then its
+// backward against the adjoint identities of the map x, w -> conv(x, w) (linear in each): with
+// the biases zero and any dy, sum(dy * y) = sum(dx * x) = sum(dw * w), which holds only where
+// the scatter puts each patch value back where the gather took it and the weight gradient
+// pairs the same values.
 template <class L>
-void check_direct_convolution(Rng& rng, nn::ImageShape in, Matrix const& x, int kernel, int stride, int top, int left) {
+void check_direct_convolution(Rng& rng, nn::ImageShape in, Matrix const& x, int kernel, int stride, int top, int left,
+                              int dilation = 1) {
   CAPTURE(L::name());
   Sequential<L> layer(6);
   auto p = layer.parameters();
   for (float& v : p) v = 2.0f * rng.uniform() - 1.0f;
   constexpr auto out = L::output_shape;
   Matrix const direct = direct_convolution(in, out.channels, kernel, top, left, stride, out.height, out.width, p.data(),
-                                           p.data() + kernel * kernel * in.channels * out.channels, x);
+                                           p.data() + L::kernel_size, x, dilation);
   Matrix const got = layer.predict(x);
   REQUIRE(got.rows() == direct.rows());
   CHECK(((got - direct).array().abs() <= 1e-5f * (1.0f + direct.array().abs())).all());
+
+  std::fill(p.begin() + std::ptrdiff_t(L::kernel_size), p.end(), 0.0f);
+  Matrix const y = layer.predict(x);
+  Matrix dy(y.rows(), y.cols()), dx = Matrix::Constant(x.rows(), x.cols(), std::numeric_limits<float>::quiet_NaN());
+  for (float& v : dy.reshaped()) v = 2.0f * rng.uniform() - 1.0f;
+  std::vector<float> dw(p.size(), std::numeric_limits<float>::quiet_NaN());
+  Matrix patches(L::patch_rows * L::pixels, x.cols());
+  MatrixView const scratch[] = {view(patches)};
+  L{}.template backward<CpuBackend>(p.data(), dw.data(), view(x), view(y), scratch, view(dy), view(dx), false);
+  double const output = (dy.cast<double>().array() * y.cast<double>().array()).sum();
+  double const input = (dx.cast<double>().array() * x.cast<double>().array()).sum();
+  double weights = 0.0;
+  for (std::size_t i = 0; i < L::kernel_size; ++i) weights += double(dw[i]) * double(p[i]);
+  double const scale = (dy.cast<double>().cwiseAbs().array() * y.cast<double>().cwiseAbs().array()).sum();
+  CHECK(std::abs(input - output) <= 1e-5 * scale);
+  CHECK(std::abs(weights - output) <= 1e-5 * scale);
+  std::vector<double> bias(std::size_t(out.channels), 0.0);  // the bias gradient: dy summed over the pixels
+  for (Eigen::Index i = 0; i < dy.size(); ++i) bias[std::size_t(i % out.channels)] += double(dy.reshaped()(i));
+  for (std::size_t f = 0; f < bias.size(); ++f) CHECK(dw[L::kernel_size + f] == doctest::Approx(bias[f]).epsilon(1e-5));
+}
+
+// MaxPool2D layer Max and AveragePooling2D layer Average, of the same windows over images
+// `in` (columns of x), against y and dx written out window by window: a window's pixels are
+// those of its pool x pool square (starting `top` rows above and `left` columns left of the
+// image under `same`) that lie inside the image; the first largest value (row order) takes
+// the window's dy, each of its pixels dy / their number, summed over the windows. The
+// layers' dx starts as NaN, so a pixel they leave unwritten fails.
+template <class Max, class Average>
+void check_direct_pooling(nn::ImageShape in, Matrix const& x, int pool, int stride, int top, int left) {
+  CAPTURE(Max::name());
+  constexpr auto out = Max::output_shape;
+  static_assert(Average::output_shape.size() == out.size());
+  int const c = in.channels;
+  Matrix const dy = random_matrix(out.size(), int(x.cols()), 40);
+  Matrix max_y(out.size(), x.cols()), mean_y(out.size(), x.cols());
+  Matrix max_dx = Matrix::Zero(x.rows(), x.cols()), mean_dx = max_dx;
+  for (Eigen::Index s = 0; s < x.cols(); ++s)
+    for (int oh = 0; oh < out.height; ++oh)
+      for (int ow = 0; ow < out.width; ++ow)
+        for (int k = 0; k < c; ++k) {
+          int const o = (oh * out.width + ow) * c + k;
+          std::vector<int> pixels;
+          for (int ph = 0; ph < pool; ++ph)
+            for (int pw = 0; pw < pool; ++pw) {
+              int const h = oh * stride + ph - top, w = ow * stride + pw - left;
+              if (h >= 0 && h < in.height && w >= 0 && w < in.width) pixels.push_back((h * in.width + w) * c + k);
+            }
+          REQUIRE(!pixels.empty());
+          int best = pixels[0];
+          double sum = 0.0;
+          for (int at : pixels) {
+            if (x(at, s) > x(best, s)) best = at;
+            sum += double(x(at, s));
+            mean_dx(at, s) += dy(o, s) / float(pixels.size());
+          }
+          max_y(o, s) = x(best, s);
+          max_dx(best, s) += dy(o, s);
+          mean_y(o, s) = float(sum / double(pixels.size()));
+        }
+  Matrix got(out.size(), x.cols()), dx = Matrix::Constant(x.rows(), x.cols(), std::numeric_limits<float>::quiet_NaN());
+  Max{}.template forward<CpuBackend>(nullptr, view(x), view(got), {}, {});
+  CHECK(got == max_y);
+  Max{}.template backward<CpuBackend>(nullptr, nullptr, view(x), view(got), {}, view(dy), view(dx), false);
+  CHECK((dx - max_dx).cwiseAbs().maxCoeff() <= 1e-6f);
+  Average{}.template forward<CpuBackend>(nullptr, view(x), view(got), {}, {});
+  CHECK((got - mean_y).cwiseAbs().maxCoeff() <= 1e-6f);
+  dx.setConstant(std::numeric_limits<float>::quiet_NaN());
+  Average{}.template backward<CpuBackend>(nullptr, nullptr, view(x), view(got), {}, view(dy), view(dx), false);
+  CHECK((dx - mean_dx).cwiseAbs().maxCoeff() <= 1e-6f);
 }
 }  // namespace
 
@@ -581,6 +655,83 @@ TEST_CASE("Conv2D with a stride: Keras' output sizes and padding, a direct convo
   check_gradients(valid, random_matrix(6 * 7 * 2, 4, 34), labels({2, 1, 0, 1}), SoftmaxCrossEntropy{}, {});
 }
 
+TEST_CASE("Conv2D with a dilation: Keras' output sizes and padding, a direct convolution, central differences") {
+  // A kernel dilated by d spans (kernel - 1) * d + 1 pixels, and Keras sizes and pads by that
+  // span: `valid` 7 - 5 + 1 = 3 rows for a 3-tap kernel dilated by 2; `same` pads 4 rows, 2 before.
+  using Valid = Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::valid, 1, 2>;
+  static_assert(Valid::extent == 5 && Valid::output_shape.height == 3 && Valid::output_shape.width == 2);
+  using Same = Conv2D<ImageShape{7, 6, 3}, 4, 3, Padding::same, 1, 2>;
+  static_assert(Same::output_shape.height == 7 && Same::output_shape.width == 6);
+  static_assert(Same::windows.top == 2 && Same::windows.left == 2 && Same::windows.dilation == 2);
+  CHECK(Same::name() == "Conv2D<7x6x3, 4, 3x3, dilation 2, same>");
+
+  Rng rng(43);
+  Matrix const x = random_matrix(7 * 6 * 3, 5, 44);
+  ImageShape const in{7, 6, 3};
+  check_direct_convolution<Valid>(rng, in, x, 3, 1, 0, 0, 2);
+  check_direct_convolution<Same>(rng, in, x, 3, 1, 2, 2, 2);
+  // An even kernel dilated by 3 (span 4: 3 rows of padding, 1 before), a dilation past the
+  // image's half (taps on either side of it), and a dilation with a stride (which Keras
+  // refuses, PyTorch and strata compute).
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 2, 2, Padding::same, 1, 3>>(rng, in, x, 2, 1, 1, 1, 3);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 3, 2, Padding::valid, 1, 4>>(rng, in, x, 2, 1, 0, 0, 4);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 3, 3, Padding::same, 2, 2>>(rng, in, x, 3, 2, 2, 1, 2);
+  check_direct_convolution<Conv2D<ImageShape{7, 6, 3}, 2, 3, Padding::same, 1, 5>>(rng, in, x, 3, 1, 5, 5, 5);
+  static_assert(Conv2D<ImageShape{7, 6, 3}, 3, 3, Padding::same, 2, 2>::output_shape.height == 4);
+  static_assert(Conv2D<ImageShape{7, 6, 3}, 2, 3, Padding::same, 1, 5>::windows.top == 5);
+
+  // Backward through two dilated layers, the second on the first's output.
+  using First = Conv2D<ImageShape{7, 6, 2}, 3, 3, Padding::same, 1, 2>;   // 7 x 6 x 3
+  using Second = Conv2D<First::output_shape, 2, 2, Padding::valid, 1, 3>;  // 4 x 3 x 2
+  static_assert(Second::output_shape.height == 4 && Second::output_shape.width == 3);
+  Sequential<First, Tanh, Second, Tanh, Dense<Second::output_shape.size(), 3>> dilated(29);
+  check_gradients(dilated, random_matrix(7 * 6 * 2, 4, 45), labels({0, 1, 2, 1}), SoftmaxCrossEntropy{}, {});
+}
+
+TEST_CASE("pooling with `same` padding: Keras' sizes, direct maxima and means over the pixels inside the image") {
+  // ceil(size / stride) windows, the padding split as a convolution's; the windows tile the
+  // image (the valid path, written whole) only where nothing is padded.
+  static_assert(nn::pool_windows({7, 6, 3}, 2, 2, Padding::same).rows == 4);
+  static_assert(nn::pool_windows({7, 6, 3}, 2, 2, Padding::same).top == 0);      // 1 row padded, after
+  static_assert(nn::pool_windows({7, 6, 3}, 3, 2, Padding::same).top == 1);      // 2 rows padded, 1 before
+  static_assert(nn::pool_windows({7, 6, 3}, 3, 2, Padding::same).columns == 3);
+  static_assert(nn::pool_windows({7, 6, 3}, 3, 2, Padding::same).left == 0);     // 1 column padded, after
+  static_assert(nn::pool_windows({7, 6, 3}, 3, 1, Padding::same).rows == 7);
+  static_assert(nn::pool_windows({8, 6, 3}, 2, 2, Padding::same).tiles({8, 6, 3}));
+  static_assert(!nn::pool_windows({7, 6, 3}, 2, 2, Padding::same).tiles({7, 6, 3}));
+  static_assert(nn::pool_windows({8, 6, 3}, 2, 2, Padding::valid).tiles({8, 6, 3}));
+  static_assert(!nn::pool_windows({7, 6, 3}, 2, 2, Padding::valid).tiles({7, 6, 3}));  // the last row dropped
+  using Odd = MaxPool2D<ImageShape{7, 6, 3}, 2, 2, Padding::same>;  // 4 x 3
+  static_assert(Odd::output_shape.height == 4 && Odd::output_shape.width == 3);
+  CHECK(Odd::name() == "MaxPool2D<7x6x3, 2, same>");
+  CHECK(AveragePooling2D<ImageShape{7, 6, 3}, 3, 1, Padding::same>::name() == "AveragePooling2D<7x6x3, 3, stride 1, same>");
+
+  Matrix const x = random_matrix(7 * 6 * 3, 4, 46);
+  ImageShape const in{7, 6, 3};
+  check_direct_pooling<Odd, AveragePooling2D<ImageShape{7, 6, 3}, 2, 2, Padding::same>>(in, x, 2, 2, 0, 0);
+  check_direct_pooling<MaxPool2D<ImageShape{7, 6, 3}, 3, 2, Padding::same>,
+                       AveragePooling2D<ImageShape{7, 6, 3}, 3, 2, Padding::same>>(in, x, 3, 2, 1, 0);
+  check_direct_pooling<MaxPool2D<ImageShape{7, 6, 3}, 3, 1, Padding::same>,
+                       AveragePooling2D<ImageShape{7, 6, 3}, 3, 1, Padding::same>>(in, x, 3, 1, 1, 1);
+  // A window wider than the image (only `same` allows it) and one with gaps between windows.
+  check_direct_pooling<MaxPool2D<ImageShape{7, 6, 3}, 8, 4, Padding::same>,
+                       AveragePooling2D<ImageShape{7, 6, 3}, 8, 4, Padding::same>>(in, x, 8, 4, 2, 3);
+  check_direct_pooling<MaxPool2D<ImageShape{7, 6, 3}, 2, 3, Padding::same>,
+                       AveragePooling2D<ImageShape{7, 6, 3}, 2, 3, Padding::same>>(in, x, 2, 3, 0, 0);
+  // With nothing padded, `same` is `valid`, bit for bit.
+  Matrix const even = random_matrix(8 * 6 * 3, 4, 47);
+  CHECK(Sequential<MaxPool2D<ImageShape{8, 6, 3}, 2, 2, Padding::same>>(1).predict(even) ==
+        Sequential<MaxPool2D<ImageShape{8, 6, 3}, 2>>(1).predict(even));
+
+  // Through a model: central differences through padded windows of both kinds.
+  using Conv = Conv2D<ImageShape{7, 6, 2}, 3, 2, Padding::same>;                  // 7 x 6 x 3
+  using Max = MaxPool2D<Conv::output_shape, 3, 2, Padding::same>;                 // 4 x 3 x 3
+  using Average = AveragePooling2D<Max::output_shape, 2, 2, Padding::same>;       // 2 x 2 x 3, a column padded
+  static_assert(Average::output_shape.height == 2 && Average::output_shape.width == 2);
+  Sequential<Conv, Tanh, Max, Average, Dense<Average::output_shape.size(), 3>> model(30);
+  check_gradients(model, random_matrix(7 * 6 * 2, 4, 48), labels({2, 0, 1, 1}), SoftmaxCrossEntropy{}, {});
+}
+
 TEST_CASE("AveragePooling2D and GlobalAveragePooling2D compute direct means and their backward matches central differences") {
   Matrix const x = random_matrix(5 * 7 * 3, 4, 35);
   using Pool = AveragePooling2D<ImageShape{5, 7, 3}, 2>;  // 2 x 3 x 3: the last row and column dropped
@@ -641,45 +792,8 @@ TEST_CASE("pooling windows with a stride: direct maxima and means, their gradien
   CHECK(MaxOverlap::name() == "MaxPool2D<7x6x3, 3, stride 2>");
   CHECK(AverageGaps::name() == "AveragePooling2D<7x6x3, 2, stride 3>");
 
-  // y and dx written out window by window: the first largest value (row order) takes the
-  // window's dy, each pixel of a window takes dy / pool^2, summed over the windows.
-  auto check = [&]<class Max, class Average>(Max, Average, int pool, int stride) {
-    CAPTURE(pool);
-    constexpr auto out = Max::output_shape;
-    Matrix const dy = random_matrix(out.size(), int(x.cols()), 40);
-    Matrix max_y(out.size(), x.cols()), mean_y(out.size(), x.cols());
-    Matrix max_dx = Matrix::Zero(x.rows(), x.cols()), mean_dx = max_dx;
-    for (Eigen::Index s = 0; s < x.cols(); ++s)
-      for (int oh = 0; oh < out.height; ++oh)
-        for (int ow = 0; ow < out.width; ++ow)
-          for (int c = 0; c < 3; ++c) {
-            int const o = (oh * out.width + ow) * 3 + c;
-            int best = -1;
-            double sum = 0.0;
-            for (int ph = 0; ph < pool; ++ph)
-              for (int pw = 0; pw < pool; ++pw) {
-                int const at = ((oh * stride + ph) * 6 + ow * stride + pw) * 3 + c;
-                if (best < 0 || x(at, s) > x(best, s)) best = at;
-                sum += double(x(at, s));
-                mean_dx(at, s) += dy(o, s) / float(pool * pool);
-              }
-            max_y(o, s) = x(best, s);
-            max_dx(best, s) += dy(o, s);
-            mean_y(o, s) = float(sum / double(pool * pool));
-          }
-    Matrix got(out.size(), x.cols()), dx = Matrix::Constant(x.rows(), x.cols(), std::numeric_limits<float>::quiet_NaN());
-    Max{}.template forward<CpuBackend>(nullptr, view(x), view(got), {}, {});
-    CHECK(got == max_y);
-    Max{}.template backward<CpuBackend>(nullptr, nullptr, view(x), view(got), {}, view(dy), view(dx), false);
-    CHECK((dx - max_dx).cwiseAbs().maxCoeff() <= 1e-6f);
-    Average{}.template forward<CpuBackend>(nullptr, view(x), view(got), {}, {});
-    CHECK((got - mean_y).cwiseAbs().maxCoeff() <= 1e-6f);
-    dx.setConstant(std::numeric_limits<float>::quiet_NaN());
-    Average{}.template backward<CpuBackend>(nullptr, nullptr, view(x), view(got), {}, view(dy), view(dx), false);
-    CHECK((dx - mean_dx).cwiseAbs().maxCoeff() <= 1e-6f);
-  };
-  check(MaxOverlap{}, AverageOverlap{}, 3, 2);
-  check(MaxGaps{}, AverageGaps{}, 2, 3);
+  check_direct_pooling<MaxOverlap, AverageOverlap>({7, 6, 3}, x, 3, 2, 0, 0);
+  check_direct_pooling<MaxGaps, AverageGaps>({7, 6, 3}, x, 2, 3, 0, 0);
 
   // Through a model, split over samples by the intra-op team as the trainer splits them.
   using Conv = Conv2D<ImageShape{7, 6, 2}, 3, 2, Padding::same>;  // 7 x 6 x 3

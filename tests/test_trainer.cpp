@@ -100,6 +100,26 @@ TEST_CASE("a CNN with strides and average pooling trains on Mirrored<2> and intr
   CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
 }
 
+// A dilated convolution (taps two pixels apart, `same`) and pooling with `same` padding
+// (windows that reach past the image): the replicas' and the intra-op threads' shards train
+// what one replica trains.
+TEST_CASE("a CNN with a dilated convolution and `same` pooling trains on Mirrored<2> and intra-op threads what it trains on OneDevice") {
+  using Dilated = Conv2D<ImageShape{28, 28, 1}, 6, 3, Padding::same, 1, 2>;        // 28 x 28 x 6
+  using Max = MaxPool2D<Dilated::output_shape, 3, 3, Padding::same>;              // 10 x 10 x 6, a row padded each side
+  using Average = AveragePooling2D<Max::output_shape, 3, 3, Padding::same>;       // 4 x 4 x 6, likewise
+  static_assert(Max::output_shape.height == 10 && Average::output_shape.height == 4);
+  using Cnn = Sequential<Dilated, Relu, Max, Average, Dense<Average::output_shape.size(), 10>>;
+  Adam const adam{.lr = 1e-2f};
+  auto const reference = train_weights<Trainer<OneDevice>, Cnn>(30, adam);
+  Cnn const untrained(42);
+  CHECK(relative_difference(reference, {untrained.parameters().begin(), untrained.parameters().end()}) > 1e-2);
+  CHECK(relative_difference(train_weights<Trainer<Mirrored<2>>, Cnn>(30, adam), reference) < 1e-5);
+  Cnn model(42);
+  Trainer<OneDevice> split({.intra_op_threads = 2});
+  split.fit(model, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 30, .seed = 5});
+  CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
+}
+
 // CentralStorage<N> on the CPU: one copy of the variables, N replicas reducing into it. It
 // must train what Mirrored<N> trains, bit for bit (the host step is the same), and what
 // OneDevice trains on the same global batches.

@@ -38,6 +38,12 @@ int main() {
                      strata::Dense<4, 3>>
       strided(2);
   cnn_trainer.fit(strided, strata::Adam{}, strata::SoftmaxCrossEntropy{}, images, {.epochs = 1, .batch_size = 4});
+  using Dilated = strata::Conv2D<strata::ImageShape{4, 4, 2}, 3, 2, strata::Padding::same, 1, 2>;  // 4 x 4 x 3
+  using SamePool = strata::MaxPool2D<Dilated::output_shape, 3, 2, strata::Padding::same>;         // 2 x 2 x 3
+  strata::Sequential<Dilated, SamePool, strata::AveragePooling2D<SamePool::output_shape, 3, 1, strata::Padding::same>,
+                     strata::Dense<12, 3>>
+      dilated(3);
+  cnn_trainer.fit(dilated, strata::Adam{}, strata::SoftmaxCrossEntropy{}, images, {.epochs = 1, .batch_size = 4});
 
   strata::Strategy<strata::Mirrored<2>> strategy;
   for (auto const& batch : strategy.distribute(labels.batch(4))) {

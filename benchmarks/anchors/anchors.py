@@ -5,9 +5,11 @@ Keras and PyTorch, one system after another, in a freshly shuffled order every r
 machine's two-thread GEMM rate is measured in the same rounds. Prints one Markdown table and
 the CPU-speed targets its systems measure (met or not), and writes the raw figures as JSON.
 Run it through benchmarks/anchors/run, which makes the virtual environment and builds the
-strata programs; it is not part of CI.
+strata programs; it is not part of CI. Run alone, it first brings the strata programs up to
+date with the sources (cmake --build build --target anchor_programs), so that it never times
+a stale binary; --no-build skips that.
 
-    anchors.py [--rounds 3] [--epochs 3] [--steps 234] [--json FILE] [--only NAME,...]
+    anchors.py [--rounds 3] [--epochs 3] [--steps 234] [--json FILE] [--only NAME,...] [--no-build]
 
 samples/s of one run is samples per epoch over the median epoch time, leaving out the
 first epoch (warm-up: graph tracing, page faults, thread pools); the table gives the median
@@ -32,9 +34,25 @@ from fashion import FLOPS_PER_SAMPLE
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = ROOT / "build" / "benchmarks"
-OPENBLAS = (BUILD / "strata_anchor_openblas").exists()  # built where strata::blas is
-DNNL = (BUILD / "strata_anchor_dnnl").exists()  # built where strata::dnnl is
-REFERENCE = "strata_mirrored2_dnnl" if DNNL else "strata_mirrored2_openblas" if OPENBLAS else "strata_mirrored2"
+
+
+def engines():
+    """Which strata programs the build has: (OpenBLAS, oneDNN, the reference system's name)."""
+    openblas = (BUILD / "strata_anchor_openblas").exists()  # built where strata::blas is
+    dnnl = (BUILD / "strata_anchor_dnnl").exists()  # built where strata::dnnl is
+    return openblas, dnnl, "strata_mirrored2_dnnl" if dnnl else "strata_mirrored2_openblas" if openblas else "strata_mirrored2"
+
+
+OPENBLAS, DNNL, REFERENCE = engines()
+
+
+def build_programs():
+    """Rebuilds the strata programs the table runs, so that none is older than the sources."""
+    global OPENBLAS, DNNL, REFERENCE
+    if not (ROOT / "build" / "CMakeCache.txt").exists():
+        subprocess.run(["cmake", "--preset", "release"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", "build", "--target", "anchor_programs"], cwd=ROOT, check=True)
+    OPENBLAS, DNNL, REFERENCE = engines()
 
 
 def free_port():
@@ -208,7 +226,10 @@ def main():
     parser.add_argument("--debian-torch", action="store_true", help="also run Debian's python3-torch, if installed")
     parser.add_argument("--json", default=str(ROOT / "build" / "anchors" / "anchors.json"))
     parser.add_argument("--seed", type=int, default=2026, help="shuffles the order of the systems in each round")
+    parser.add_argument("--no-build", action="store_true", help="run the strata programs as built, without rebuilding")
     args = parser.parse_args()
+    if not args.no_build:
+        build_programs()
 
     table = systems(args)
     order = random.Random(args.seed)

@@ -1,7 +1,7 @@
 #pragma once
 // Image layers, as Keras computes them with channels last: Conv2D (a 2-D convolution with a
-// stride and padding `valid` or `same`), MaxPool2D and AveragePooling2D (windows with a
-// stride) and GlobalAveragePooling2D:
+// stride, a dilation and padding `valid` or `same`), MaxPool2D and AveragePooling2D (windows
+// with a stride, `valid` or `same`) and GlobalAveragePooling2D:
 //
 //   using Conv = strata::Conv2D<strata::ImageShape{28, 28, 1}, 32, 3>;          // 26 x 26 x 32
 //   using Pool = strata::MaxPool2D<Conv::output_shape, 2>;                       // 13 x 13 x 32
@@ -54,10 +54,12 @@ struct ImageShape {
 // columns: with stride 1, the input's height and width.
 enum class Padding : std::uint8_t { valid, same };
 
-// One dimension of a convolution's output under Keras' rules, and the zeros padded before it.
+// One dimension of a convolution's or a pooling's output under Keras' rules, and the rows
+// padded before it; `kernel` is the window's extent (a dilated kernel's: (kernel - 1) *
+// dilation + 1).
 struct ConvExtent {
   int size;    // output rows (or columns)
-  int before;  // rows of zeros before the first
+  int before;  // rows of padding before the first
 };
 constexpr ConvExtent conv_extent(int in, int kernel, int stride, Padding padding) {
   if (padding == Padding::valid) return {(in - kernel) / stride + 1, 0};
@@ -66,23 +68,37 @@ constexpr ConvExtent conv_extent(int in, int kernel, int stride, Padding padding
   return {out, total / 2};
 }
 
-// Where a convolution's windows lie: kernel x kernel pixels, `stride` pixels apart, the
-// first one `top` rows above the image and `left` columns left of it (the padding before).
+// Where a convolution's windows lie: kernel x kernel taps `dilation` pixels apart, windows
+// `stride` pixels apart, the first one `top` rows above the image and `left` columns left of
+// it (the padding before).
 struct ConvWindows {
-  int kernel = 1, stride = 1, top = 0, left = 0;
+  int kernel = 1, stride = 1, top = 0, left = 0, dilation = 1;
 };
 
 // Where a pooling layer's windows lie: height x width pixels, `stride` pixels apart, the
-// first at the image's corner, as many as fit whole (Keras' `valid`).
+// first one `top` rows above the image and `left` columns left of it (`same`'s padding
+// before), `rows` x `columns` of them. A window's pixels in the padding are not part of it:
+// the max and the mean are over the pixels inside the image, as in Keras.
 struct PoolWindows {
   int height = 1, width = 1, stride = 1;
-  [[nodiscard]] constexpr int rows(ImageShape in) const { return (in.height - height) / stride + 1; }
-  [[nodiscard]] constexpr int columns(ImageShape in) const { return (in.width - width) / stride + 1; }
-  // Whether every pixel of `in` lies in exactly one window.
+  int top = 0, left = 0;
+  int rows = 1, columns = 1;
+  // Whether every pixel of `in` lies in exactly one window, and every window inside `in`.
   [[nodiscard]] constexpr bool tiles(ImageShape in) const {
-    return (rows(in) == 1 ? height == in.height : stride == height && in.height % height == 0) &&
-           (columns(in) == 1 ? width == in.width : stride == width && in.width % width == 0);
+    return top == 0 && left == 0 && (rows == 1 || stride == height) && (columns == 1 || stride == width) &&
+           (rows - 1) * stride + height == in.height && (columns - 1) * stride + width == in.width;
   }
+};
+// Pool x Pool windows over `in`, `stride` apart, with Keras' `valid` or `same` padding.
+constexpr PoolWindows pool_windows(ImageShape in, int pool, int stride, Padding padding) {
+  ConvExtent const r = conv_extent(in.height, pool, stride, padding), c = conv_extent(in.width, pool, stride, padding);
+  return {pool, pool, stride, r.before, c.before, r.size, c.size};
+}
+
+// One pooling window's pixels inside the image: rows [top, bottom), columns [left, right).
+struct PoolWindow {
+  int top, bottom, left, right;
+  [[nodiscard]] int pixels() const { return (bottom - top) * (right - left); }
 };
 
 // The host loops of the image layers. Each splits the batch's samples over the intra-op team
@@ -98,21 +114,25 @@ struct ImageMath<CpuBackend> {
   // The patches of the images of shape `In` (columns of x) for each of W's windows (one per
   // output pixel): patches is (Kernel * Kernel * channels) x (pixels * samples), column
   // p + pixels * s holding pixel p of sample s, rows in (row of kernel, column, channel)
-  // order, zero where a window lies in the padding. A kernel row's Kernel * channels values
-  // lie side by side in the image too, so a row inside the image is copied as one run of a
-  // size known at compile time.
+  // order, zero where a window lies in the padding. Undilated, a kernel row's Kernel *
+  // channels values lie side by side in the image too, so a row inside the image is copied
+  // as one run of a size known at compile time; dilated, each tap's channels are a run.
   template <ImageShape In, ConvWindows W, ImageShape Out>
   static void gather(ConstMatrixView x, MatrixView patches) {
-    constexpr int Kernel = W.kernel, run = Kernel * In.channels;
+    constexpr int Kernel = W.kernel, c = In.channels, run = Kernel * c;
     for_each_kernel_row<In, W, Out>(x.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
       float* out = patches.data + at;
       float const* image = x.data + std::size_t(s) * std::size_t(x.rows);  // + pixel only where inside
-      if (lo == 0 && hi == Kernel) {
+      if (W.dilation == 1 && lo == 0 && hi == Kernel) {
         std::memcpy(out, image + pixel, sizeof(float) * run);
         return;
       }
-      std::fill_n(out, run, 0.0f);
-      if (lo < hi) std::copy_n(image + pixel + lo * In.channels, (hi - lo) * In.channels, out + lo * In.channels);
+      if (lo != 0 || hi != Kernel) std::fill_n(out, run, 0.0f);
+      if constexpr (W.dilation == 1) {
+        if (lo < hi) std::copy_n(image + (pixel + lo * c), (hi - lo) * c, out + lo * c);
+      } else {
+        for (int kw = lo; kw < hi; ++kw) std::copy_n(image + (pixel + kw * W.dilation * c), c, out + kw * c);
+      }
     });
   }
 
@@ -120,40 +140,48 @@ struct ImageMath<CpuBackend> {
   // where gather took them (the padding's are dropped).
   template <ImageShape In, ConvWindows W, ImageShape Out>
   static void scatter(ConstMatrixView patches, MatrixView dx) {
-    constexpr int Kernel = W.kernel;
+    constexpr int Kernel = W.kernel, c = In.channels;
     run_split_columns(dx.rows, dx.cols, [&](int first, int count) {
       std::fill_n(dx.data + std::size_t(first) * std::size_t(dx.rows), std::size_t(count) * std::size_t(dx.rows), 0.0f);
     });
     for_each_kernel_row<In, W, Out>(dx.cols, [&](int s, std::size_t at, std::ptrdiff_t pixel, int lo, int hi) {
       float const* from = patches.data + at;
       float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
-      if (lo == 0 && hi == Kernel) {
-        for (int k = 0; k < Kernel * In.channels; ++k) image[pixel + k] += from[k];
+      if (W.dilation == 1 && lo == 0 && hi == Kernel) {
+        for (int k = 0; k < Kernel * c; ++k) image[pixel + k] += from[k];
         return;
       }
-      for (int k = lo * In.channels; k < hi * In.channels; ++k) image[pixel + k] += from[k];
+      for (int kw = lo; kw < hi; ++kw) {
+        float* to = image + (pixel + kw * W.dilation * c);
+        for (int k = 0; k < c; ++k) to[k] += from[kw * c + k];
+      }
     });
   }
 
   // The walk gather and scatter share, over the samples [0, samples) split over the intra-op
   // team: row(s, at, pixel, lo, hi) for every kernel row of every patch of sample s, `at`
-  // the row's first value in patches, `pixel` where the row's first value lies in the image
+  // the row's first value in patches, `pixel` where the row's first tap lies in the image
   // (an offset into sample s's column, outside it where the row starts in the padding), and
-  // [lo, hi) the kernel columns that lie inside the image (none for a row in the padding).
+  // [lo, hi) the kernel columns (taps, `dilation` pixels apart) that lie inside the image
+  // (none for a row in the padding).
   template <ImageShape In, ConvWindows W, ImageShape Out, class Row>
   static void for_each_kernel_row(int samples, Row&& row) {
-    constexpr int Kernel = W.kernel, c = In.channels, run = Kernel * c;
+    constexpr int Kernel = W.kernel, c = In.channels, run = Kernel * c, d = W.dilation;
     constexpr std::size_t rows = std::size_t(Kernel) * run, pixels = std::size_t(Out.height) * Out.width;
+    // The first tap at or after pixel `offset` from the row's first: ceil(offset / d), 0 before it.
+    constexpr auto first_tap = [](int offset) {
+      return std::min(offset <= 0 ? 0 : (offset + W.dilation - 1) / W.dilation, W.kernel);
+    };
     run_split_columns(int(rows * pixels), samples, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
         std::size_t at = std::size_t(s) * pixels * rows;
         for (int oh = 0; oh < Out.height; ++oh)
           for (int ow = 0; ow < Out.width; ++ow)
             for (int kh = 0; kh < Kernel; ++kh, at += run) {
-              int const ih = oh * W.stride + kh - W.top, iw = ow * W.stride - W.left;
+              int const ih = oh * W.stride + kh * d - W.top, iw = ow * W.stride - W.left;
               bool const inside = ih >= 0 && ih < In.height;
-              int const lo = inside ? std::clamp(-iw, 0, Kernel) : 0;
-              int const hi = inside ? std::clamp(In.width - iw, 0, Kernel) : 0;
+              int const lo = inside ? first_tap(-iw) : 0;
+              int const hi = inside ? first_tap(In.width - iw) : 0;
               row(s, at, (std::ptrdiff_t(ih) * In.width + iw) * c, lo, hi);
             }
       }
@@ -163,26 +191,27 @@ struct ImageMath<CpuBackend> {
   template <ImageShape In, PoolWindows W>
   static void max_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
-    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
-      Maxima<c> const m = window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows), corner);
+    for_each_window<In, W>(x.cols, [&](int s, int p, PoolWindow window) {
+      Maxima<c> const m = window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows), window);
       std::copy_n(m.best.begin(), c, y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c);
     });
   }
 
   // dx: each output's dy at the place of its window's largest value, zero elsewhere. The
   // place is found again from x, as forward found it. Where the windows tile the image
-  // (stride = window, nothing dropped), each window's pixels are written whole, channels side
-  // by side; otherwise a sample's dx starts at zero and each dy is added at its place (a
-  // pixel may be the largest of several overlapping windows).
+  // (stride = window, nothing dropped or padded), each window's pixels are written whole,
+  // channels side by side; otherwise a sample's dx starts at zero and each dy is added at
+  // its place (a pixel may be the largest of several overlapping windows).
   template <ImageShape In, PoolWindows W>
   static void max_pool_backward(ConstMatrixView x, ConstMatrixView dy, MatrixView dx) {
     constexpr int c = In.channels;
-    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
+    for_each_window<In, W>(x.cols, [&](int s, int p, PoolWindow window) {
       float* out = dx.data + std::size_t(s) * std::size_t(dx.rows);
       if (!W.tiles(In) && p == 0) std::fill_n(out, dx.rows, 0.0f);
-      Maxima<c> const m = window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows), corner);
+      Maxima<c> const m = window_maxima<In, W>(x.data + std::size_t(s) * std::size_t(x.rows), window);
       float const* from = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
-      if constexpr (W.tiles(In)) {
+      if constexpr (W.tiles(In)) {  // every window whole: its size known at compile time
+        int const corner = window.top * In.width + window.left;
         for (int ph = 0; ph < W.height; ++ph)
           for (int pw = 0; pw < W.width; ++pw) {
             int const pixel = corner + ph * In.width + pw;
@@ -195,38 +224,38 @@ struct ImageMath<CpuBackend> {
     });
   }
 
-  // Each output pixel's mean per channel over its window: the window's values summed in row
-  // order, then times 1 / (height * width), channels side by side.
+  // Each output pixel's mean per channel over its window's pixels inside the image: summed
+  // in row order, then times 1 / their number, channels side by side.
   template <ImageShape In, PoolWindows W>
   static void average_pool(ConstMatrixView x, MatrixView y) {
     constexpr int c = In.channels;
-    constexpr float scale = 1.0f / float(W.height * W.width);
-    for_each_window<In, W>(x.cols, [&](int s, int p, int corner) {
+    for_each_window<In, W>(x.cols, [&](int s, int p, PoolWindow window) {
       float const* image = x.data + std::size_t(s) * std::size_t(x.rows);
       float* out = y.data + std::size_t(s) * std::size_t(y.rows) + std::size_t(p) * c;
       std::fill_n(out, c, 0.0f);
-      for (int ph = 0; ph < W.height; ++ph)
-        for (int pw = 0; pw < W.width; ++pw) {
-          float const* v = image + std::size_t(corner + ph * In.width + pw) * c;
+      for (int h = window.top; h < window.bottom; ++h)
+        for (int w = window.left; w < window.right; ++w) {
+          float const* v = image + std::size_t(h * In.width + w) * c;
           for (int k = 0; k < c; ++k) out[k] += v[k];
         }
+      float const scale = 1.0f / float(window.pixels());
       for (int k = 0; k < c; ++k) out[k] *= scale;
     });
   }
 
-  // dx: each output's dy / (height * width) at every pixel of its window, added up where
-  // windows overlap; zero where no window lies.
+  // dx: each output's dy / (its window's pixels inside the image) at each of them, added
+  // up where windows overlap; zero where no window lies.
   template <ImageShape In, PoolWindows W>
   static void average_pool_backward(ConstMatrixView dy, MatrixView dx) {
     constexpr int c = In.channels;
-    constexpr float scale = 1.0f / float(W.height * W.width);
-    for_each_window<In, W>(dx.cols, [&](int s, int p, int corner) {
+    for_each_window<In, W>(dx.cols, [&](int s, int p, PoolWindow window) {
       float* image = dx.data + std::size_t(s) * std::size_t(dx.rows);
       if (!W.tiles(In) && p == 0) std::fill_n(image, dx.rows, 0.0f);
       float const* d = dy.data + std::size_t(s) * std::size_t(dy.rows) + std::size_t(p) * c;
-      for (int ph = 0; ph < W.height; ++ph)
-        for (int pw = 0; pw < W.width; ++pw) {
-          float* to = image + std::size_t(corner + ph * In.width + pw) * c;
+      float const scale = 1.0f / float(window.pixels());
+      for (int h = window.top; h < window.bottom; ++h)
+        for (int w = window.left; w < window.right; ++w) {
+          float* to = image + std::size_t(h * In.width + w) * c;
           if constexpr (W.tiles(In))
             for (int k = 0; k < c; ++k) to[k] = d[k] * scale;
           else
@@ -236,17 +265,25 @@ struct ImageMath<CpuBackend> {
   }
 
  private:
-  // visit(s, p, corner) for every window p of every sample s in [0, samples), `corner` the
-  // window's first pixel; the samples split over the intra-op team. Each sample's windows
-  // are visited by one thread, in order from p = 0 (where a backward that adds up starts its
-  // sample's dx at zero), so sums over overlapping windows do not depend on the split.
+  // visit(s, p, window) for every window p of every sample s in [0, samples), `window` its
+  // pixels inside the image (never none: `same` pads less than a window on either side); the
+  // samples split over the intra-op team. Each sample's windows are visited by one thread,
+  // in order from p = 0 (where a backward that adds up starts its sample's dx at zero), so
+  // sums over overlapping windows do not depend on the split.
   template <ImageShape In, PoolWindows W, class Visit>
   static void for_each_window(int samples, Visit&& visit) {
     run_split_columns(In.size(), samples, [&](int first, int count) {
       for (int s = first; s < first + count; ++s) {
         int p = 0;
-        for (int oh = 0; oh < W.rows(In); ++oh)
-          for (int ow = 0; ow < W.columns(In); ++ow, ++p) visit(s, p, (oh * In.width + ow) * W.stride);
+        for (int oh = 0; oh < W.rows; ++oh) {
+          int const top = oh * W.stride - W.top;
+          for (int ow = 0; ow < W.columns; ++ow, ++p) {
+            int const left = ow * W.stride - W.left;
+            visit(s, p,
+                  PoolWindow{std::max(top, 0), std::min(top + W.height, In.height), std::max(left, 0),
+                             std::min(left + W.width, In.width)});
+          }
+        }
       }
     });
   }
@@ -257,18 +294,21 @@ struct ImageMath<CpuBackend> {
     std::array<float, Channels> best;
     std::array<int, Channels> at;
   };
-  // The maxima of the window at `corner` of `image`: the first of equal largest values in
-  // row order, or the first NaN (which then propagates, as in Keras and PyTorch). The
-  // window's pixels are visited in turn, each compared with all channels at once (they lie
-  // side by side).
+  // The maxima of `window` of `image`: the first of equal largest values in row order, or
+  // the first NaN (which then propagates, as in Keras and PyTorch). The window's pixels are
+  // visited in turn, each compared with all channels at once (they lie side by side).
   template <ImageShape In, PoolWindows W>
-  static Maxima<In.channels> window_maxima(float const* image, int corner) {
+  static Maxima<In.channels> window_maxima(float const* image, PoolWindow window) {
     constexpr int c = In.channels;
+    int const corner = window.top * In.width + window.left;
+    // Where the windows tile the image, every window is whole: its size known at compile time.
+    int const height = W.tiles(In) ? W.height : window.bottom - window.top;
+    int const width = W.tiles(In) ? W.width : window.right - window.left;
     Maxima<c> m;
     std::copy_n(image + std::size_t(corner) * c, c, m.best.begin());
     m.at.fill(corner);
-    for (int ph = 0; ph < W.height; ++ph)
-      for (int pw = ph == 0 ? 1 : 0; pw < W.width; ++pw) {
+    for (int ph = 0; ph < height; ++ph)
+      for (int pw = ph == 0 ? 1 : 0; pw < width; ++pw) {
         int const pixel = corner + ph * In.width + pw;
         float const* v = image + std::size_t(pixel) * c;
         for (int k = 0; k < c; ++k) {
@@ -281,7 +321,7 @@ struct ImageMath<CpuBackend> {
   }
 };
 
-template <ImageShape In, int Filters, int Kernel, Padding Pad = Padding::valid, int Stride = 1,
+template <ImageShape In, int Filters, int Kernel, Padding Pad = Padding::valid, int Stride = 1, int Dilation = 1,
           class Init = GlorotUniform>
 struct Conv2D {
   static_assert(In.height >= 1 && In.width >= 1 && In.channels >= 1,
@@ -289,13 +329,18 @@ struct Conv2D {
   static_assert(Filters >= 1, "strata::Conv2D<shape, Filters, Kernel>: Filters must be at least 1");
   static_assert(Kernel >= 1, "strata::Conv2D<shape, Filters, Kernel>: Kernel must be at least 1");
   static_assert(Stride >= 1, "strata::Conv2D<shape, Filters, Kernel, Padding, Stride>: Stride must be at least 1");
-  static_assert(Pad == Padding::same || (Kernel <= In.height && Kernel <= In.width),
-                "strata::Conv2D: with Padding::valid the kernel must fit inside the image; use a smaller "
-                "kernel or Padding::same");
+  static_assert(Dilation >= 1,
+                "strata::Conv2D<shape, Filters, Kernel, Padding, Stride, Dilation>: Dilation must be at least 1 "
+                "(1: taps side by side)");
+  // A dilated kernel's taps span (Kernel - 1) * Dilation + 1 pixels.
+  static constexpr int extent = (Kernel - 1) * Dilation + 1;
+  static_assert(Pad == Padding::same || (extent <= In.height && extent <= In.width),
+                "strata::Conv2D: with Padding::valid the kernel (dilated: (Kernel - 1) * Dilation + 1 pixels) must "
+                "fit inside the image; use a smaller kernel or dilation, or Padding::same");
 
-  static constexpr ConvExtent rows = conv_extent(In.height, Kernel, Stride, Pad);
-  static constexpr ConvExtent columns = conv_extent(In.width, Kernel, Stride, Pad);
-  static constexpr ConvWindows windows{Kernel, Stride, rows.before, columns.before};
+  static constexpr ConvExtent rows = conv_extent(In.height, extent, Stride, Pad);
+  static constexpr ConvExtent columns = conv_extent(In.width, extent, Stride, Pad);
+  static constexpr ConvWindows windows{Kernel, Stride, rows.before, columns.before, Dilation};
   static constexpr ImageShape output_shape{rows.size, columns.size, Filters};
   static constexpr int patch_rows = Kernel * Kernel * In.channels;
   static constexpr int pixels = output_shape.height * output_shape.width;
@@ -307,6 +352,7 @@ struct Conv2D {
   static std::string name() {
     return "Conv2D<" + In.text() + ", " + std::to_string(Filters) + ", " + std::to_string(Kernel) + "x" +
            std::to_string(Kernel) + (Stride != 1 ? ", stride " + std::to_string(Stride) : std::string()) +
+           (Dilation != 1 ? ", dilation " + std::to_string(Dilation) : std::string()) +
            (Pad == Padding::same ? ", same>" : ", valid>");
   }
   static constexpr char const* kind = "conv2d";
@@ -357,34 +403,37 @@ struct Conv2D {
 };
 
 // The checks and shapes both pooling layers share: Pool x Pool windows, Stride pixels apart
-// (Pool by default: windows side by side), as many as fit whole (Keras' `valid`).
-template <ImageShape In, int Pool, int Stride>
+// (Pool by default: windows side by side), Keras' `valid` (as many as fit whole) or `same`
+// (ceil(size / Stride) of them, the padding split as a convolution's, the max and the mean
+// over the pixels inside the image).
+template <ImageShape In, int Pool, int Stride, Padding Pad>
 struct Pooling {
   static_assert(Pool >= 1, "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: Pool must be at least 1");
   static_assert(Stride >= 1,
                 "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: Stride must be at least 1");
-  static_assert(Pool <= In.height && Pool <= In.width,
-                "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: the window must fit inside the "
-                "image; use a smaller Pool");
+  static_assert(Pad == Padding::same || (Pool <= In.height && Pool <= In.width),
+                "strata::MaxPool2D and strata::AveragePooling2D<shape, Pool, Stride>: with Padding::valid the window "
+                "must fit inside the image; use a smaller Pool or Padding::same");
 
-  static constexpr PoolWindows windows{Pool, Pool, Stride};
-  static constexpr ImageShape output_shape{windows.rows(In), windows.columns(In), In.channels};
+  static constexpr PoolWindows windows = pool_windows(In, Pool, Stride, Pad);
+  static constexpr ImageShape output_shape{windows.rows, windows.columns, In.channels};
   static constexpr int input_width = In.size();
   static constexpr int output_width(int) { return output_shape.size(); }
   static constexpr std::size_t parameter_count(int) { return 0; }
   static std::string text() {
-    return In.text() + ", " + std::to_string(Pool) + (Stride != Pool ? ", stride " + std::to_string(Stride) : "") + ">";
+    return In.text() + ", " + std::to_string(Pool) + (Stride != Pool ? ", stride " + std::to_string(Stride) : "") +
+           (Pad == Padding::same ? ", same>" : ">");
   }
   void initialize(float*, int, Rng&) const {}
 };
 
 // The largest value of each Pool x Pool window, per channel (Keras' MaxPooling2D(Pool,
-// strides=Stride), `valid`). Windows may overlap (Stride < Pool); the gradient goes to the
-// first largest value of each window, summed where windows share it.
-template <ImageShape In, int Pool = 2, int Stride = Pool>
-struct MaxPool2D : Pooling<In, Pool, Stride> {
-  using Pooling<In, Pool, Stride>::windows;
-  static std::string name() { return "MaxPool2D<" + Pooling<In, Pool, Stride>::text(); }
+// strides=Stride, padding=Pad)). Windows may overlap (Stride < Pool); the gradient goes to
+// the first largest value of each window, summed where windows share it.
+template <ImageShape In, int Pool = 2, int Stride = Pool, Padding Pad = Padding::valid>
+struct MaxPool2D : Pooling<In, Pool, Stride, Pad> {
+  using Pooling<In, Pool, Stride, Pad>::windows;
+  static std::string name() { return "MaxPool2D<" + Pooling<In, Pool, Stride, Pad>::text(); }
   static constexpr BackwardReads backward_reads{.input = true, .output = false};  // the largest's place, from x
   static constexpr bool selects_values = true;                                   // y is one of x's values
 
@@ -417,16 +466,16 @@ struct WindowMean {
 };
 
 // The mean of each Pool x Pool window, per channel (Keras' AveragePooling2D(Pool,
-// strides=Stride), `valid`).
-template <ImageShape In, int Pool = 2, int Stride = Pool>
-struct AveragePooling2D : Pooling<In, Pool, Stride>, WindowMean<In, Pooling<In, Pool, Stride>::windows> {
-  static std::string name() { return "AveragePooling2D<" + Pooling<In, Pool, Stride>::text(); }
+// strides=Stride, padding=Pad)); under `same`, of the window's pixels inside the image.
+template <ImageShape In, int Pool = 2, int Stride = Pool, Padding Pad = Padding::valid>
+struct AveragePooling2D : Pooling<In, Pool, Stride, Pad>, WindowMean<In, Pooling<In, Pool, Stride, Pad>::windows> {
+  static std::string name() { return "AveragePooling2D<" + Pooling<In, Pool, Stride, Pad>::text(); }
 };
 
 // The mean of each channel over the whole image (Keras' GlobalAveragePooling2D): a vector of
 // In.channels values per sample, output_shape 1 x 1 x channels.
 template <ImageShape In>
-struct GlobalAveragePooling2D : WindowMean<In, PoolWindows{In.height, In.width, 1}> {  // one window
+struct GlobalAveragePooling2D : WindowMean<In, PoolWindows{In.height, In.width, 1}> {  // one window, no padding
   static_assert(In.height >= 1 && In.width >= 1 && In.channels >= 1,
                 "strata::GlobalAveragePooling2D<ImageShape{height, width, channels}>: every dimension must be at least 1");
 
