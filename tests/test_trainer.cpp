@@ -79,6 +79,21 @@ TEST_CASE("a convolutional model trains on Mirrored<2> and Mirrored<3> what it t
   CHECK(model.predict(x) == loaded.predict(x));
 }
 
+// A model trains on Mirrored<2>, and on OneDevice with two intra-op threads, what it trains
+// on OneDevice alone (within 1e-5), and training moves its weights.
+template <class Model>
+void check_trains_as_one_device() {
+  Adam const adam{.lr = 1e-2f};
+  auto const reference = train_weights<Trainer<OneDevice>, Model>(30, adam);
+  Model const untrained(42);
+  CHECK(relative_difference(reference, {untrained.parameters().begin(), untrained.parameters().end()}) > 1e-2);
+  CHECK(relative_difference(train_weights<Trainer<Mirrored<2>>, Model>(30, adam), reference) < 1e-5);
+  Model model(42);
+  Trainer<OneDevice> split({.intra_op_threads = 2});
+  split.fit(model, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 30, .seed = 5});
+  CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
+}
+
 // A strided convolution (overlapping windows under `same`), overlapping max pooling, average
 // pooling and a global mean: the replicas' and the intra-op threads' shards train what one
 // replica trains.
@@ -89,15 +104,7 @@ TEST_CASE("a CNN with strides and average pooling trains on Mirrored<2> and intr
   using Last = Conv2D<Average::output_shape, 8, 3, Padding::same, 2>;     // 2 x 2 x 8
   using Cnn = Sequential<Strided, Relu, Max, Average, Last, Relu, GlobalAveragePooling2D<Last::output_shape>,
                          Dense<8, 10>>;
-  Adam const adam{.lr = 1e-2f};
-  auto const reference = train_weights<Trainer<OneDevice>, Cnn>(30, adam);
-  Cnn const untrained(42);
-  CHECK(relative_difference(reference, {untrained.parameters().begin(), untrained.parameters().end()}) > 1e-2);
-  CHECK(relative_difference(train_weights<Trainer<Mirrored<2>>, Cnn>(30, adam), reference) < 1e-5);
-  Cnn model(42);
-  Trainer<OneDevice> split({.intra_op_threads = 2});
-  split.fit(model, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 30, .seed = 5});
-  CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
+  check_trains_as_one_device<Cnn>();
 }
 
 // A dilated convolution (taps two pixels apart, `same`) and pooling with `same` padding
@@ -109,15 +116,7 @@ TEST_CASE("a CNN with a dilated convolution and `same` pooling trains on Mirrore
   using Average = AveragePooling2D<Max::output_shape, 3, 3, Padding::same>;       // 4 x 4 x 6, likewise
   static_assert(Max::output_shape.height == 10 && Average::output_shape.height == 4);
   using Cnn = Sequential<Dilated, Relu, Max, Average, Dense<Average::output_shape.size(), 10>>;
-  Adam const adam{.lr = 1e-2f};
-  auto const reference = train_weights<Trainer<OneDevice>, Cnn>(30, adam);
-  Cnn const untrained(42);
-  CHECK(relative_difference(reference, {untrained.parameters().begin(), untrained.parameters().end()}) > 1e-2);
-  CHECK(relative_difference(train_weights<Trainer<Mirrored<2>>, Cnn>(30, adam), reference) < 1e-5);
-  Cnn model(42);
-  Trainer<OneDevice> split({.intra_op_threads = 2});
-  split.fit(model, adam, SoftmaxCrossEntropy{}, fashion(), {.epochs = 1, .batch_size = 30, .seed = 5});
-  CHECK(relative_difference({model.parameters().begin(), model.parameters().end()}, reference) < 1e-5);
+  check_trains_as_one_device<Cnn>();
 }
 
 // CentralStorage<N> on the CPU: one copy of the variables, N replicas reducing into it. It
