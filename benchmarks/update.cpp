@@ -15,6 +15,12 @@
 //   Update/buffer_128/<arenas>/4         the same, 128 floats at a time (SliceUpdate's
 //                                        fallback: more than two arenas, or no element rule)
 //
+//   Adam/one_at_a_time/<sets>             Adam's update of the same weights on one thread,
+//                                        two arenas, its rule called one weight at a time
+//                                        (the loop GCC does not vectorize: it calls sqrtf)
+//   Adam/block_at_a_time/<sets>           optim::apply_rule, which runs AdamRule a block at
+//                                        a time (optim::RootSplitRule): the same bits
+//
 //   cmake --build build --target update && build/benchmarks/update --benchmark_repetitions=9
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -114,6 +120,47 @@ BENCHMARK(Update<Form::in_rule_loop_chunks>)
     ->UseRealTime();
 BENCHMARK(Update<Form::buffer_2048>)->Name("Update/buffer_2048")->Args({1, sets})->Args({2, sets})->UseRealTime();
 BENCHMARK(Update<Form::buffer_128>)->Name("Update/buffer_128")->Args({1, sets})->Args({2, sets})->UseRealTime();
+
+struct AdamSet {
+  AlignedBuffer w{weights}, g0{weights}, g1{weights};
+  Adam::State state = Adam{}.make_state(weights);
+  AdamSet() {
+    for (std::size_t i = 0; i < weights; ++i) {
+      w.data()[i] = std::sin(float(i));
+      g0.data()[i] = 1e-3f * std::cos(float(i));
+      g1.data()[i] = 1e-3f * std::sin(float(3 * i));
+    }
+  }
+};
+
+template <bool Blocks>
+void AdamUpdate(benchmark::State& state) {
+  static std::array<AdamSet, sets> set;
+  int const cycle = int(state.range(0));
+  optim::AdamRule const rule = Adam{}.rule(StepInfo{3});
+  float const scale = 1.0f / 256.0f;
+  int next = 0;
+  for (auto _ : state) {
+    AdamSet& s = set[std::size_t(next)];
+    if constexpr (Blocks) {
+      optim::apply_rule(rule, std::span<float>(s.w.data(), weights), optim::SummedGradient{s.g0.data(), s.g1.data(), scale},
+                        s.state, 0);
+    } else {
+      float* __restrict w = s.w.data();
+      float* __restrict m = s.state.m.data();
+      float* __restrict v = s.state.v.data();
+      float const* __restrict a = s.g0.data();
+      float const* __restrict b = s.g1.data();
+      for (std::size_t i = 0; i < weights; ++i) rule(w[i], (a[i] + b[i]) * scale, m[i], v[i]);
+    }
+    benchmark::DoNotOptimize(s.w.data());
+    next = (next + 1) % cycle;
+  }
+  // Read two arenas, read and write the weights and both moments.
+  state.SetBytesProcessed(state.iterations() * std::int64_t(weights) * std::int64_t(sizeof(float)) * 8);
+}
+BENCHMARK(AdamUpdate<false>)->Name("Adam/one_at_a_time")->Arg(1)->Arg(sets)->UseRealTime();
+BENCHMARK(AdamUpdate<true>)->Name("Adam/block_at_a_time")->Arg(1)->Arg(sets)->UseRealTime();
 
 }  // namespace
 

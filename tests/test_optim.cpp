@@ -60,7 +60,7 @@ TEST_CASE("an element rule keeps its text, and a user's optimizer built on one f
   CHECK(optim::rule_name<user::RmsRule> == "RmsRule");
   CHECK(optim::rule_source<user::RmsRule>.find("ms = rho * ms + (1.0f - rho) * g * g;") != std::string_view::npos);
   CHECK(optim::rule_source<optim::AdamRule>.starts_with("struct AdamRule {"));
-  CHECK(optim::rule_source<optim::AdamRule>.find("sqrtf(v)") != std::string_view::npos);
+  CHECK(optim::rule_source<optim::AdamRule>.find("sqrtf(before_root(g, m, v))") != std::string_view::npos);
 
   double const lr = 0.01, rho = 0.9, eps = 1e-7;
   double w = -2.0, ms = 0.0;
@@ -155,6 +155,82 @@ TEST_CASE_TEMPLATE("an update that sums one or two gradient arenas in its own lo
       CHECK(fused == reference);
       CHECK(fused != initial);
     }
+}
+
+// AdamRule runs on the host a block at a time, its square roots taken with vector
+// instructions (optim::RootSplitRule): the same bits as the rule's call operator, one weight
+// at a time with sqrtf, for any length (the blocks' and the vectors' tails) and offset.
+// A one-slot rule split the same way (RMSprop's, as a user may write it).
+namespace split {
+STRATA_ELEMENT_RULE(RmsSplitRule, struct RmsSplitRule {
+  float rate;
+  float rho;
+  float epsilon;
+  float before_root(float g, float& ms) const {
+    ms = rho * ms + (1.0f - rho) * g * g;
+    return ms;
+  }
+  void after_root(float& w, float g, float&, float root) const { w -= rate * g / (root + epsilon); }
+  void operator()(float& w, float g, float& ms) const {
+    float const root = sqrtf(before_root(g, ms));
+    after_root(w, g, ms, root);
+  }
+};)
+}  // namespace split
+static_assert(optim::RootSplitRule<optim::AdamRule> && optim::RootSplitRule<split::RmsSplitRule> &&
+              !optim::RootSplitRule<optim::SgdRule> && !optim::RootSplitRule<user::RmsRule>);
+
+TEST_CASE("a one-slot rule a block at a time gives the bits of its rule one weight at a time") {
+  split::RmsSplitRule const rule{1e-3f, 0.9f, 1e-7f};
+  for (std::size_t n : {1u, 17u, 256u, 1003u}) {
+    CAPTURE(n);
+    std::vector<float> w(n), g(n), ms(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i] = std::cos(float(i));
+      g[i] = std::sin(float(5 * i)) * 1e-2f;
+      ms[i] = std::abs(std::sin(float(2 * i))) * 1e-4f;
+    }
+    user::Rmsprop::State state = user::Rmsprop{}.make_state(n);  // one slot, "ms"
+    std::copy(ms.begin(), ms.end(), state.ms.data());
+    std::vector<float> one_at_a_time = w;
+    for (std::size_t i = 0; i < n; ++i) rule(one_at_a_time[i], g[i], ms[i]);
+    optim::apply_rule(rule, std::span<float>(w), std::span<float const>(g), state, 0);
+    CHECK(w == one_at_a_time);
+    CHECK(std::equal(ms.begin(), ms.end(), state.ms.data()));
+  }
+}
+
+TEST_CASE("Adam's update a block at a time gives the bits of its rule one weight at a time") {
+  optim::AdamRule const rule = AdamW{.lr = 3e-3f, .weight_decay = 0.01f}.rule(StepInfo{7});
+  for (std::size_t n : {1u, 7u, 15u, 16u, 17u, 255u, 256u, 257u, 1003u}) {
+    CAPTURE(n);
+    std::size_t const offset = 3;  // the state's slots at an offset, as a slice's are
+    std::vector<float> w(n), g(n), a(n), b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i] = std::cos(float(i));
+      g[i] = std::sin(float(5 * i)) * 1e-2f;
+      a[i] = std::sin(float(i)) * 1e-2f;
+      b[i] = std::cos(float(3 * i)) * 3e-3f;
+    }
+    Adam::State state = Adam{}.make_state(n + offset);
+    for (std::size_t i = 0; i < n + offset; ++i) {
+      state.m.data()[i] = std::sin(float(2 * i)) * 1e-3f;
+      state.v.data()[i] = std::abs(std::cos(float(7 * i))) * 1e-5f;  // a few exactly 0 or tiny: roots of every size
+    }
+    std::vector<float> m(state.m.data() + offset, state.m.data() + offset + n);
+    std::vector<float> v(state.v.data() + offset, state.v.data() + offset + n);
+    std::vector<float> one_at_a_time = w;
+    for (std::size_t i = 0; i < n; ++i) rule(one_at_a_time[i], (a[i] + b[i]) * 0.5f, m[i], v[i]);
+    optim::apply_rule(rule, std::span<float>(w), optim::SummedGradient{a.data(), b.data(), 0.5f}, state, offset);
+    CHECK(w == one_at_a_time);
+    CHECK(std::equal(m.begin(), m.end(), state.m.data() + offset));
+    CHECK(std::equal(v.begin(), v.end(), state.v.data() + offset));
+    std::vector<float> stored = w;  // and from a stored gradient
+    for (std::size_t i = 0; i < n; ++i) rule(stored[i], g[i], m[i], v[i]);
+    optim::apply_rule(rule, std::span<float>(w), std::span<float const>(g), state, offset);
+    CHECK(w == stored);
+    CHECK(std::equal(v.begin(), v.end(), state.v.data() + offset));
+  }
 }
 
 TEST_CASE("hyper-parameters that cannot work are rejected with the value") {

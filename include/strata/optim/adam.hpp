@@ -21,17 +21,26 @@
 namespace strata::optim {
 
 // One weight's update, on the CPU and in the Cuda kernels (optim/element_rule.hpp): the
-// bias corrections are folded into step_size and the decoupled decay into keep.
+// bias corrections are folded into step_size and the decoupled decay into keep. Its two
+// halves around the square root are what the host's loop runs a block at a time, taking the
+// block's roots together (RootSplitRule in optim/element_rule.hpp).
 STRATA_ELEMENT_RULE(AdamRule, struct AdamRule {
   float beta1;
   float beta2;
   float epsilon;
   float step_size;
   float keep;
-  void operator()(float& w, float g, float& m, float& v) const {
+  float before_root(float g, float& m, float& v) const {
     m = beta1 * m + (1.0f - beta1) * g;
     v = beta2 * v + (1.0f - beta2) * g * g;
-    w = keep * w - step_size * m / (sqrtf(v) + epsilon);
+    return v;
+  }
+  void after_root(float& w, float, float& m, float&, float root) const {
+    w = keep * w - step_size * m / (root + epsilon);
+  }
+  void operator()(float& w, float g, float& m, float& v) const {
+    float const root = sqrtf(before_root(g, m, v));
+    after_root(w, g, m, v, root);
   }
 };)
 

@@ -21,6 +21,7 @@
 // through apply_rule; a layer-wise optimizer's rule (Lamb's) offers moments and direction
 // instead, for the two phases its trust ratio needs.
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -29,6 +30,10 @@
 #include <type_traits>
 
 #include <math.h>  // sqrtf and the other C names a rule's text uses on both devices
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "strata/core/error.hpp"
 #include "strata/optim/optimizer.hpp"
@@ -127,6 +132,71 @@ void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, floa
 template <class R, class G>
 void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a, float* __restrict b) {
   for (std::size_t i = 0; i < n; ++i) rule(w[i], g(i), a[i], b[i]);
+}
+
+// x[i] = sqrt(x[i]) for i < n, correctly rounded as sqrtf rounds, eight or sixteen at a time
+// where the CPU has the instructions.
+inline void square_roots(float* __restrict x, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {  // the masked form: _mm512_sqrt_ps trips GCC 12's maybe-uninitialized
+    __m512 const v = _mm512_loadu_ps(x + i);
+    _mm512_storeu_ps(x + i, _mm512_mask_sqrt_ps(v, __mmask16(0xffff), v));
+  }
+#elif defined(__AVX__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#elif defined(__SSE2__)
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = sqrtf(x[i]);
+}
+}  // namespace detail
+
+// A rule whose update takes one square root may also give its two halves around it
+// (AdamRule does): r.before_root(g, slots...) updates the state slots and returns the value
+// whose root the update takes, r.after_root(w, g, slots..., root) finishes the weight; its
+// call operator must be the two with sqrtf between. GCC vectorizes no loop that calls sqrtf
+// unless errno is off (-fno-math-errno), so the plain loop over such a rule runs one weight
+// at a time; the host runs a RootSplitRule a block of weights at a time instead: the first
+// half, the block's roots with vector instructions (the same correctly rounded roots), then
+// the second half. The rule's bits, several times faster (docs/benchmarks.md, "Adam's update
+// a block at a time"). For rules of one or two state slots.
+template <class R>
+concept RootSplitRule = requires(R const r, float& w, float g, float& a) {
+  { r.before_root(g, a) } -> std::same_as<float>;
+  r.after_root(w, g, a, 1.0f);
+} || requires(R const r, float& w, float g, float& a, float& b) {
+  { r.before_root(g, a, b) } -> std::same_as<float>;
+  r.after_root(w, g, a, b, 1.0f);
+};
+
+namespace detail {
+// The loops over a RootSplitRule of one or two slots: a block through the first half, its
+// roots, the block through the second half.
+template <class G, class First, class Second>
+void split_root_loop(std::size_t n, G const g, First&& first_half, Second&& second_half) {
+  constexpr std::size_t block = 256;
+  alignas(64) float roots[block];
+  for (std::size_t begin = 0; begin < n; begin += block) {
+    std::size_t const count = std::min(block, n - begin);
+    for (std::size_t j = 0; j < count; ++j) roots[j] = first_half(begin + j, g(begin + j));
+    square_roots(roots, count);
+    for (std::size_t j = 0; j < count; ++j) second_half(begin + j, g(begin + j), roots[j]);
+  }
+}
+template <RootSplitRule R, class G>
+  requires requires(R const r, float& a) { r.before_root(1.0f, a); }
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a) {
+  split_root_loop(
+      n, g, [&](std::size_t i, float gi) { return rule.before_root(gi, a[i]); },
+      [&](std::size_t i, float gi, float root) { rule.after_root(w[i], gi, a[i], root); });
+}
+template <RootSplitRule R, class G>
+  requires requires(R const r, float& a, float& b) { r.before_root(1.0f, a, b); }
+void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a, float* __restrict b) {
+  split_root_loop(
+      n, g, [&](std::size_t i, float gi) { return rule.before_root(gi, a[i], b[i]); },
+      [&](std::size_t i, float gi, float root) { rule.after_root(w[i], gi, a[i], b[i], root); });
 }
 template <class R, class G>
 void rule_loop(R const rule, std::size_t n, G const g, float* __restrict w, float* __restrict a, float* __restrict b,
