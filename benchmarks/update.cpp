@@ -40,24 +40,24 @@ using namespace strata;
 constexpr std::size_t weights = 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10;
 constexpr int sets = 4;
 
-struct Set {
+// One set of weights, two replicas' gradients and the optimizer O's state.
+template <class O>
+struct OptimizerSet {
   AlignedBuffer w{weights}, g0{weights}, g1{weights};
-  Sgd::State state;
+  typename O::State state;
+  explicit OptimizerSet(O const& optimizer) : state(optimizer.make_state(weights)) {
+    for (std::size_t i = 0; i < weights; ++i) {
+      w.data()[i] = std::sin(float(i));
+      g0.data()[i] = 1e-3f * std::cos(float(i));
+      g1.data()[i] = 1e-3f * std::sin(float(3 * i));
+    }
+  }
 };
+using Set = OptimizerSet<Sgd>;
 
 struct Data {
   Sgd sgd{.lr = 0.01f, .momentum = 0.9f};
-  std::array<Set, sets> set;
-  Data() {
-    for (Set& s : set) {
-      s.state = sgd.make_state(weights);
-      for (std::size_t i = 0; i < weights; ++i) {
-        s.w.data()[i] = std::sin(float(i));
-        s.g0.data()[i] = 1e-3f * std::cos(float(i));
-        s.g1.data()[i] = 1e-3f * std::sin(float(3 * i));
-      }
-    }
-  }
+  std::array<Set, sets> set{Set(sgd), Set(sgd), Set(sgd), Set(sgd)};
 };
 
 Data& data() {
@@ -121,21 +121,10 @@ BENCHMARK(Update<Form::in_rule_loop_chunks>)
 BENCHMARK(Update<Form::buffer_2048>)->Name("Update/buffer_2048")->Args({1, sets})->Args({2, sets})->UseRealTime();
 BENCHMARK(Update<Form::buffer_128>)->Name("Update/buffer_128")->Args({1, sets})->Args({2, sets})->UseRealTime();
 
-struct AdamSet {
-  AlignedBuffer w{weights}, g0{weights}, g1{weights};
-  Adam::State state = Adam{}.make_state(weights);
-  AdamSet() {
-    for (std::size_t i = 0; i < weights; ++i) {
-      w.data()[i] = std::sin(float(i));
-      g0.data()[i] = 1e-3f * std::cos(float(i));
-      g1.data()[i] = 1e-3f * std::sin(float(3 * i));
-    }
-  }
-};
-
 template <bool Blocks>
 void AdamUpdate(benchmark::State& state) {
-  static std::array<AdamSet, sets> set;
+  using AdamSet = OptimizerSet<Adam>;
+  static std::array<AdamSet, sets> set{AdamSet(Adam{}), AdamSet(Adam{}), AdamSet(Adam{}), AdamSet(Adam{})};
   int const cycle = int(state.range(0));
   optim::AdamRule const rule = Adam{}.rule(StepInfo{3});
   float const scale = 1.0f / 256.0f;
