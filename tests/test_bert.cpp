@@ -5,7 +5,9 @@
 // (tests/reference/minilm_reference.safetensors, made by tests/python/make_bert_reference.py).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -264,6 +266,68 @@ TEST_CASE("Bert under mixed precision: bf16 storage of the packed activations ke
   CHECK((g16 - g32).norm() / g32.norm() < 0.05);
   CHECK((g16 - g32).norm() > 0.0);  // it really ran in 16 bits
   CHECK(half.activation_bytes() < full.activation_bytes());
+}
+
+namespace {
+// Bert storing every column of its scratch under mixed precision, padding included: the
+// pass as it was before layers said what of their scratch they write (nn::scratch_in_use).
+template <class B>
+struct EveryColumn : B {
+  using B::B;
+  void scratch_in_use(nn::Scratch scratch, std::span<std::size_t> floats) const {
+    for (std::size_t k = 0; k < scratch.size(); ++k) floats[k] = scratch[k].size();
+  }
+};
+}  // namespace
+
+TEST_CASE("Bert under mixed precision keeps only its real tokens' activations, and its gradients are bit for bit "
+          "those of keeping every column") {
+  using Encoder = Bert<2, 64, 4, 128, 23, 6>;
+  using Packed = Sequential<Encoder, BertPooler<64, 6>, Dense<64, 2>>;
+  using Padded = Sequential<EveryColumn<Encoder>, BertPooler<64, 6>, Dense<64, 2>>;
+  Packed packed(5);
+  Padded padded(5);
+  REQUIRE(std::equal(packed.parameters().begin(), packed.parameters().end(), padded.parameters().begin()));
+  Rng rng(8);
+  int const n = 38;  // ten chunks of 4 samples in bf16, the last of two; lengths 1 to 6 of 6
+  Matrix ids = Matrix::Zero(6, n), classes(1, n);
+  for (int s = 0; s < n; ++s) {
+    int const length = 1 + int(rng() % 6);
+    for (int t = 0; t < length; ++t) ids(t, s) = float(t == 0 ? 2 : 5 + int(rng() % 18));
+    classes(0, s) = float(s % 2);
+  }
+  nn::ForwardContext const training{.training = true, .seed = 13, .first_sample = 0};
+  auto gradients = [&](auto& model) {
+    typename std::remove_cvref_t<decltype(model)>::template Workspace<CpuBackend, bf16> ws(n);
+    for (int step = 0; step < 2; ++step) {  // the second step finds the first one's values in the chunk's float scratch
+      model.forward(ws, model.parameters().data(), view(ids), training);
+      SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(classes), ws.output_gradient(), 1.0f);
+      model.backward(ws, model.parameters().data(), model.gradients().data(), view(ids), step > 0);
+    }
+    return std::vector<float>(model.gradients().begin(), model.gradients().end());
+  };
+  std::vector<float> const a = gradients(packed), b = gradients(padded);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  CHECK(std::any_of(a.begin(), a.end(), [](float g) { return g != 0.0f; }));
+}
+
+TEST_CASE("attention's probabilities and mask are in use for n x n floats per head of a sample of n tokens") {
+  using Attention = nn::SelfAttention<8, 2>;
+  constexpr auto specs = Attention::scratch(8, 6);
+  std::vector<std::vector<float>> storage;
+  std::vector<MatrixView> views;
+  for (auto const& b : specs) {
+    storage.emplace_back(std::size_t(b.rows) * std::size_t(b.columns_per_sample) * 3);
+    views.push_back({storage.back().data(), b.rows, b.columns_per_sample * 3});
+  }
+  views[6].data[0] = 4, views[6].data[1] = 1, views[6].data[2] = 6;  // the kept lengths of 3 samples
+  std::vector<std::size_t> floats(views.size());
+  nn::scratch_in_use(Attention{}, nn::Scratch(views), floats);
+  CHECK(floats[4] == 2 * (16 + 1 + 36));  // probabilities
+  CHECK(floats[5] == 2 * (16 + 1 + 36));  // their dropout mask
+  CHECK(floats[0] == 8 * 18);             // Q: the whole view
+  CHECK(floats[6] == 3);
 }
 
 // ---------------------------------------------------------------- real data

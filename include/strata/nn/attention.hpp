@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -223,6 +224,17 @@ struct SelfAttention {
       if (dx.data != nullptr)
         B::gemm(Transpose::yes, Transpose::no, 1.0f, weights(params, p), scratch[dq_ + p], p == 0 ? 0.0f : 1.0f, dx);
     }
+  }
+
+  // The probabilities and their dropout mask fill n x n floats per head of a sample of n
+  // tokens, one block after another from the start (the lengths kept by forward say n).
+  void scratch_in_use(Scratch scratch, std::span<std::size_t> floats) const {
+    for (std::size_t k = 0; k < scratch.size(); ++k) floats[k] = scratch[k].size();
+    MatrixView const lengths = scratch[lengths_];
+    std::size_t blocks = 0;
+    for (int s = 0; s < lengths.cols; ++s) blocks += std::size_t(lengths.data[s]) * std::size_t(lengths.data[s]);
+    for (std::size_t k : {std::size_t(probabilities_), std::size_t(mask_)})
+      floats[k] = std::min(floats[k], std::size_t(Heads) * blocks);
   }
 
  private:

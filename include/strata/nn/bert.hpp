@@ -22,6 +22,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -134,6 +135,17 @@ class Bert {
   void forward(float const* params, ConstMatrixView x, MatrixView y, Scratch scratch, ForwardContext const& context) const {
     if constexpr (std::is_same_v<B, CpuBackend>) forward_packed<B>(params, x, y, scratch, context);
     else forward_padded<B>(params, x, y, scratch, context);
+  }
+
+  // After a forward on the host (nn::scratch_in_use): the chain's buffers hold the real
+  // tokens' columns from their start, and the chain says what of those its layers wrote.
+  void scratch_in_use(Scratch scratch, std::span<std::size_t> floats) const {
+    for (std::size_t k = chain_scratch; k < count_; ++k) floats[k] = scratch[k].size();
+    MatrixView const lengths = scratch[lengths_];
+    int tokens = 0;
+    for (int s = 0; s < lengths.cols; ++s) tokens += int(lengths.data[s]);
+    auto const views = packed(scratch, tokens);
+    nn::scratch_in_use(chain_, Scratch(views), floats.first(chain_scratch));
   }
 
   template <class B>

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -192,6 +193,16 @@ class Chain {
       layer.template backward<B>(params + offsets[I], grads + offsets[I], in, out, own, next_gradient, gradient, accumulate);
       next_gradient = gradient;
       std::swap(gradient_out, gradient_in);
+    });
+  }
+
+  // The floats of each scratch view that forward wrote for backward (nn::scratch_in_use):
+  // what each layer says of its own views, and the whole of each output between layers.
+  void scratch_in_use(Scratch scratch, std::span<std::size_t> floats) const {
+    for (std::size_t k = 0; k < scratch.size(); ++k) floats[k] = scratch[k].size();
+    for_each_layer([&]<std::size_t I>(auto const& layer) {
+      constexpr std::size_t at = scratch_start<I>(), count = scratch_count<std::remove_cvref_t<decltype(layer)>>;
+      nn::scratch_in_use(layer, scratch.subspan(at, count), floats.subspan(at, count));
     });
   }
 

@@ -103,6 +103,21 @@ constexpr auto scratch_of(int width, int columns) {
 template <class L>
 inline constexpr std::size_t scratch_count = scratch_of<L>(1, 1).size();
 
+// How many floats of each of a layer's scratch views, from the view's start, its last
+// forward wrote for its backward: L::scratch_in_use(scratch, floats) fills floats[k] for view
+// k, given the views that forward wrote; by default every view's size. A layer that fills
+// only a prefix of a buffer says so: Bert packs the real tokens at the start of buffers sized
+// for the padding, attention keeps n x n probabilities per sample of n tokens. A mixed-
+// precision pass then stores in 16 bits, and loads back, only those floats.
+template <class L>
+void scratch_in_use(L const& layer, Scratch scratch, std::span<std::size_t> floats) {
+  if constexpr (requires { layer.scratch_in_use(scratch, floats); }) {
+    layer.scratch_in_use(scratch, floats);
+  } else {
+    for (std::size_t k = 0; k < scratch.size(); ++k) floats[k] = scratch[k].size();
+  }
+}
+
 // Whether a layer's input holds integer ids that must reach it exactly (an embedding's).
 template <class L>
 inline constexpr bool takes_ids = [] {
@@ -177,6 +192,8 @@ constexpr int output_columns_of(int columns) {
 //                                (above): mixed precision skips rounding them
 //   L::backward_in_place<T>(y, d, n)  its backward as d = dx from d = dy and y alone (above),
 //                                which a Sequential on the host calls instead of backward
+//   l.scratch_in_use(scratch, floats)  the floats of each scratch view that forward wrote for
+//                                backward, where less than the view (above)
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,12 @@ class Residual {
                 ConstMatrixView dy, MatrixView dx, bool accumulate) const {
     block_.template backward<B>(params, grads, x, scratch[block_scratch], scratch.first(block_scratch), dy, dx, accumulate);
     if (dx.data != nullptr) ResidualMath<B>::sum(dx, dy, dx);
+  }
+
+  // The block's own say (nn::scratch_in_use), and the whole of the block's output.
+  void scratch_in_use(Scratch scratch, std::span<std::size_t> floats) const {
+    nn::scratch_in_use(block_, scratch.first(block_scratch), floats.first(block_scratch));
+    floats[block_scratch] = scratch[block_scratch].size();
   }
 
   [[nodiscard]] block_type const& block() const { return block_; }

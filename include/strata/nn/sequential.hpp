@@ -218,6 +218,7 @@ class Sequential {
         }
         outputs_[layer_count - 1].resize(output_width, max_batch);
         gradient_a_.resize(output_width, max_batch);
+        in_use_.resize(std::size_t(std::max(1, (max_batch + chunk_samples - 1) / chunk_samples)) * scratch_total);
         int const chunk = std::min(max_batch, chunk_samples);
         for (Buffer* m : {&chunk_in_, &chunk_out_, &gradient_b_, &chunk_dx_}) m->setZero(per_sample, chunk);
         chunk_scratch_.setZero(int(std::max<std::size_t>(widest_scratch_per_sample, 1)), chunk);
@@ -262,6 +263,11 @@ class Sequential {
       ConstMatrixView const v = std::as_const(*this).output(i);
       return {const_cast<float*>(v.data), v.rows, v.cols};
     }
+    // Mixed precision: the floats of each scratch view that the chunk at sample `first` kept
+    // (nn::scratch_in_use, recorded by forward for backward's load).
+    [[nodiscard]] std::span<std::size_t> in_use(int first) {
+      return {in_use_.data() + std::size_t(first / chunk_samples) * scratch_total, scratch_total};
+    }
     // Layer I's scratch views over `samples` samples: the whole-batch buffers (float), or
     // the chunk area (mixed precision).
     template <std::size_t I>
@@ -289,6 +295,7 @@ class Sequential {
     std::array<AlignedArray<T>, scratch_total> stored_scratch_;
     std::array<AlignedBuffer, scratch_total> stored_float_scratch_;
     Buffer chunk_in_, chunk_out_, chunk_scratch_, chunk_dx_;
+    std::vector<std::size_t> in_use_;  // scratch_total per chunk (in_use)
   };
 
   // Runs every layer on x (input_width x b, b <= max_batch); the result is workspace.output().
@@ -451,19 +458,27 @@ class Sequential {
   }
 
   // Saves layer I's kept scratch of the chunk at sample `first` into its batch-sized storage
-  // (T, or float for statistics), or loads it back.
+  // (T, or float for statistics), or loads it back: of each view, what the layer's forward
+  // wrote (nn::scratch_in_use; the rest of a view is never read), so that a layer filling a
+  // prefix (Bert's packed tokens) converts no padding.
   template <std::size_t I, class B, class T>
-  static void keep_scratch(Workspace<B, T>& ws, Scratch scratch, int first, bool save) {
-    for (std::size_t k = 0; k < scratch_specs<I>.size(); ++k) {  // a compile-time bound: none for most layers
-      std::size_t const s = scratch_starts[I] + k;
-      MatrixView const v = scratch[k];
-      std::size_t const at = std::size_t(first) * floats_per_sample(all_scratch[s]);
-      if (all_scratch[s].keep == ScratchKeep::kept) {
-        if (save) store<T>(ws.stored_scratch_[s].data() + at, v.data, v.size());
-        else load<T>(v.data, ws.stored_scratch_[s].data() + at, v.size());
-      } else if (all_scratch[s].keep == ScratchKeep::kept_float) {
-        if (save) std::copy_n(v.data, v.size(), ws.stored_float_scratch_[s].data() + at);
-        else std::copy_n(ws.stored_float_scratch_[s].data() + at, v.size(), v.data);
+  void keep_scratch(Workspace<B, T>& ws, Scratch scratch, int first, bool save) const {
+    constexpr std::size_t count = scratch_specs<I>.size();  // none for most layers
+    if constexpr (count > 0) {
+      std::span<std::size_t> const in_use = ws.in_use(first).subspan(scratch_starts[I], count);
+      if (save) nn::scratch_in_use(chain_.template layer<I>(), scratch, in_use);
+      for (std::size_t k = 0; k < count; ++k) {
+        std::size_t const s = scratch_starts[I] + k;
+        MatrixView const v = scratch[k];
+        std::size_t const n = std::min(in_use[k], v.size());
+        std::size_t const at = std::size_t(first) * floats_per_sample(all_scratch[s]);
+        if (all_scratch[s].keep == ScratchKeep::kept) {
+          if (save) store<T>(ws.stored_scratch_[s].data() + at, v.data, n);
+          else load<T>(v.data, ws.stored_scratch_[s].data() + at, n);
+        } else if (all_scratch[s].keep == ScratchKeep::kept_float) {
+          if (save) std::copy_n(v.data, n, ws.stored_float_scratch_[s].data() + at);
+          else std::copy_n(ws.stored_float_scratch_[s].data() + at, n, v.data);
+        }
       }
     }
   }
