@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "marker_sequences.hpp"
@@ -278,38 +279,80 @@ struct EveryColumn : B {
     for (std::size_t k = 0; k < scratch.size(); ++k) floats[k] = scratch[k].size();
   }
 };
+// Bert not saying how many columns it packs (nn::PacksColumns): chunks of padded samples.
+template <class B>
+struct PaddedChunks : B {
+  using B::B;
+  std::size_t packed_columns(ConstMatrixView) const = delete;
+};
+static_assert(nn::PacksColumns<Bert<1, 16, 2, 32, 23, 64>> && !nn::PacksColumns<PaddedChunks<Bert<1, 16, 2, 32, 23, 64>>>);
+
+// Gradients of two mixed-precision steps (the second finds the first one's values in the
+// chunks' float scratch), and the chunks of the last forward.
+template <class Model>
+std::pair<std::vector<float>, std::vector<typename Model::template Workspace<CpuBackend, bf16>::Chunk>> mixed_gradients(
+    Model& model, Matrix const& ids, Matrix const& classes) {
+  nn::ForwardContext const training{.training = true, .seed = 13, .first_sample = 0};
+  typename Model::template Workspace<CpuBackend, bf16> ws(int(ids.cols()));
+  for (int step = 0; step < 2; ++step) {
+    model.forward(ws, model.parameters().data(), view(ids), training);
+    SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(classes), ws.output_gradient(), 1.0f);
+    model.backward(ws, model.parameters().data(), model.gradients().data(), view(ids), step > 0);
+  }
+  return {{model.gradients().begin(), model.gradients().end()}, {ws.chunks().begin(), ws.chunks().end()}};
+}
 }  // namespace
 
-TEST_CASE("Bert under mixed precision keeps only its real tokens' activations, and its gradients are bit for bit "
-          "those of keeping every column") {
-  using Encoder = Bert<2, 64, 4, 128, 23, 6>;
-  using Packed = Sequential<Encoder, BertPooler<64, 6>, Dense<64, 2>>;
-  using Padded = Sequential<EveryColumn<Encoder>, BertPooler<64, 6>, Dense<64, 2>>;
-  Packed packed(5);
-  Padded padded(5);
-  REQUIRE(std::equal(packed.parameters().begin(), packed.parameters().end(), padded.parameters().begin()));
+TEST_CASE("Bert under mixed precision: chunks of as many samples as their real tokens fit, only those tokens' "
+          "activations kept, the gradients bit for bit those of keeping every column") {
+  using Encoder = Bert<1, 16, 2, 32, 23, 64>;  // 64 tokens: a chunk holds 4 samples of padding (256 columns)
+  using Packed = Sequential<Encoder, BertPooler<16, 64>, Dense<16, 2>>;
+  static_assert(Packed::Workspace<CpuBackend, bf16>::chunk_samples == 4);
+  static_assert(Packed::Workspace<CpuBackend, bf16>::chunk_samples_most == 16);
   Rng rng(8);
-  int const n = 38;  // ten chunks of 4 samples in bf16, the last of two; lengths 1 to 6 of 6
-  Matrix ids = Matrix::Zero(6, n), classes(1, n);
+  int const n = 45;
+  Matrix ids = Matrix::Zero(64, n), classes(1, n);
+  std::vector<int> lengths(n);
   for (int s = 0; s < n; ++s) {
-    int const length = 1 + int(rng() % 6);
-    for (int t = 0; t < length; ++t) ids(t, s) = float(t == 0 ? 2 : 5 + int(rng() % 18));
+    lengths[std::size_t(s)] = s % 9 == 4 ? 64 : 1 + int(rng() % 24);  // short sentences, and a full one now and then
+    for (int t = 0; t < lengths[std::size_t(s)]; ++t) ids(t, s) = float(t == 0 ? 2 : 5 + int(rng() % 18));
     classes(0, s) = float(s % 2);
   }
-  nn::ForwardContext const training{.training = true, .seed = 13, .first_sample = 0};
-  auto gradients = [&](auto& model) {
-    typename std::remove_cvref_t<decltype(model)>::template Workspace<CpuBackend, bf16> ws(n);
-    for (int step = 0; step < 2; ++step) {  // the second step finds the first one's values in the chunk's float scratch
-      model.forward(ws, model.parameters().data(), view(ids), training);
-      SoftmaxCrossEntropy{}.forward_backward<CpuBackend>(ws.output(), view(classes), ws.output_gradient(), 1.0f);
-      model.backward(ws, model.parameters().data(), model.gradients().data(), view(ids), step > 0);
-    }
-    return std::vector<float>(model.gradients().begin(), model.gradients().end());
-  };
-  std::vector<float> const a = gradients(packed), b = gradients(padded);
+  Packed packed(5);
+  Sequential<EveryColumn<Encoder>, BertPooler<16, 64>, Dense<16, 2>> every_column(5);
+  Sequential<PaddedChunks<Encoder>, BertPooler<16, 64>, Dense<16, 2>> padded_chunks(5);
+  REQUIRE(std::equal(packed.parameters().begin(), packed.parameters().end(), every_column.parameters().begin()));
+  auto const [a, chunks] = mixed_gradients(packed, ids, classes);
+  auto const [b, same_chunks] = mixed_gradients(every_column, ids, classes);
+  auto const [c, padded] = mixed_gradients(padded_chunks, ids, classes);
+
+  // The chunks cover the batch in order; each holds at least 4 samples (but the last), at
+  // most 16, and its real tokens fit in 4 samples' padding; the packing made them fewer.
+  int next = 0;
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    auto const& chunk = chunks[k];
+    CHECK(chunk.first == next);
+    CHECK(chunk.samples <= 16);
+    if (k + 1 < chunks.size()) CHECK(chunk.samples >= 4);
+    std::size_t tokens = 0;
+    for (int s = chunk.first; s < chunk.first + chunk.samples; ++s) tokens += std::size_t(lengths[std::size_t(s)]);
+    CHECK(chunk.packed == tokens);
+    if (chunk.samples > 4) CHECK(tokens <= 256);
+    next += chunk.samples;
+  }
+  CHECK(next == n);
+  CHECK(padded.size() == 12);  // ceil(45 / 4)
+  CHECK(chunks.size() < 8);
+  MESSAGE(chunks.size(), " chunks of packed samples, ", padded.size(), " of padded ones");
+
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   CHECK(std::any_of(a.begin(), a.end(), [](float g) { return g != 0.0f; }));
+  // Against chunks of padded samples: the same values rounded to bf16 at the same places; only
+  // the weight gradients' float sums over the chunks group differently.
+  Eigen::Map<Vector const> packed_chunks(a.data(), Eigen::Index(a.size())), padded_chunk(c.data(), Eigen::Index(c.size()));
+  MESSAGE("relative difference from chunks of padded samples ", (packed_chunks - padded_chunk).norm() / padded_chunk.norm());
+  CHECK((packed_chunks - padded_chunk).norm() / padded_chunk.norm() < 1e-5);
 }
 
 TEST_CASE("attention's probabilities and mask are in use for n x n floats per head of a sample of n tokens") {

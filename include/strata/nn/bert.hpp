@@ -137,6 +137,13 @@ class Bert {
     else forward_padded<B>(params, x, y, scratch, context);
   }
 
+  // The real tokens of the samples x, which the host's forward computes, packed (nn::PacksColumns).
+  [[nodiscard]] std::size_t packed_columns(ConstMatrixView x) const {
+    std::size_t tokens = 0;
+    for (int s = 0; s < x.cols; ++s) tokens += std::size_t(sequence_length(x, s, options_.pad_id));
+    return tokens;
+  }
+
   // After a forward on the host (nn::scratch_in_use): the chain's buffers hold the real
   // tokens' columns from their start, and the chain says what of those its layers wrote.
   void scratch_in_use(Scratch scratch, std::span<std::size_t> floats) const {

@@ -139,16 +139,21 @@ class Chain {
   static constexpr std::array<ScratchBuffer, scratch_size> scratch(int, int c) {
     std::array<ScratchBuffer, scratch_size> s{};
     std::size_t at = 0, i = 0;
-    int widest = 0;
+    int widest = 0, most_columns = 1;
     auto add_layer = [&]<class L>() {
       for (ScratchBuffer b : scratch_of<L>(widths[i], columns_at(i, c))) s[at++] = b;
       if (i + 1 < layer_count) s[at++] = {widths[i + 1], columns_at(i + 1, c), ScratchBuffer::Keep::kept};
       widest = std::max(widest, widths[i] * columns_at(i, c));
+      most_columns = std::max(most_columns, columns_at(i, c));
       ++i;
     };
     (add_layer.template operator()<Layers>(), ...);
-    s[at++] = {widest, 1, ScratchBuffer::Keep::temporary};  // gradients between layers, as rows x samples
-    s[at++] = {widest, 1, ScratchBuffer::Keep::temporary};
+    // The gradients between layers: the widest activation's floats per sample, as columns
+    // of the most columns per sample, so that where a model packs its columns (Bert's real
+    // tokens, nn::PacksColumns) these buffers pack with them.
+    ScratchBuffer const gradients{(widest + most_columns - 1) / most_columns, most_columns, ScratchBuffer::Keep::temporary};
+    s[at++] = gradients;
+    s[at++] = gradients;
     return s;
   }
 

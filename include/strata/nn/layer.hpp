@@ -118,6 +118,17 @@ void scratch_in_use(L const& layer, Scratch scratch, std::span<std::size_t> floa
   }
 }
 
+// Whether a layer computes only some of its output columns, packed from the start (Bert:
+// each sample's tokens before its padding): L::packed_columns(x) says how many for the
+// samples x. Each of its scratch buffers whose columns per sample are a multiple of its
+// output's then holds (that multiple) columns per packed column, from its start; the
+// others hold theirs for every sample. As a Sequential's first layer under mixed precision,
+// it lets a chunk of samples be as large as their packed columns fit, not their padding.
+template <class L>
+concept PacksColumns = requires(L const& layer, ConstMatrixView x) {
+  { layer.packed_columns(x) } -> std::convertible_to<std::size_t>;
+};
+
 // Whether a layer's input holds integer ids that must reach it exactly (an embedding's).
 template <class L>
 inline constexpr bool takes_ids = [] {
@@ -194,6 +205,8 @@ constexpr int output_columns_of(int columns) {
 //                                which a Sequential on the host calls instead of backward
 //   l.scratch_in_use(scratch, floats)  the floats of each scratch view that forward wrote for
 //                                backward, where less than the view (above)
+//   l.packed_columns(x)          the output columns it computes for the samples x, where it
+//                                packs them (PacksColumns, above)
 template <class L>
 concept Layer = requires(L const& layer, float* p, float const* cp, Rng& rng, ConstMatrixView x, MatrixView y,
                          Scratch scratch, ForwardContext const& context) {

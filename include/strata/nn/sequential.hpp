@@ -142,6 +142,34 @@ class Sequential {
     return widest;
   }();
   static constexpr int widest_columns = *std::max_element(columns.begin(), columns.end());
+  // A first layer that packs its columns (nn::PacksColumns: Bert's real tokens) lets a mixed
+  // pass's chunk hold as many samples as their packed columns fit in its scratch. Its buffers
+  // of a multiple of its output's columns per sample scale with the packed columns.
+  using First = std::tuple_element_t<0, std::tuple<Layers...>>;
+  static constexpr bool packing = PacksColumns<First>;
+  static constexpr bool scales_with_packing(std::size_t s) {
+    return packing && s < scratch_starts[1] && all_scratch[s].columns_per_sample % columns[1] == 0;
+  }
+  // Floats of the first layer's scratch for `samples` samples of `packed` packed columns.
+  static constexpr std::size_t first_scratch_floats(int samples, std::size_t packed) {
+    std::size_t floats = 0;
+    for (std::size_t s = 0; s < scratch_starts[1]; ++s) {
+      ScratchBuffer const& b = all_scratch[s];
+      floats += scales_with_packing(s) ? std::size_t(b.rows) * std::size_t(b.columns_per_sample / columns[1]) * packed
+                                       : floats_per_sample(b) * std::size_t(samples);
+    }
+    return floats;
+  }
+  // Floats per sample of the widest scratch of a layer after the first.
+  static constexpr std::size_t widest_later_scratch_per_sample = [] {
+    std::size_t widest = 0;
+    for (std::size_t i = 1; i < layer_count; ++i) {
+      std::size_t layer = 0;
+      for (std::size_t s = scratch_starts[i]; s < scratch_starts[i + 1]; ++s) layer += floats_per_sample(all_scratch[s]);
+      widest = std::max(widest, layer);
+    }
+    return widest;
+  }();
   // Layer i's output is kept for backward only where a backward reads it: its own (as y) or
   // the next layer's (as x). The last layer's output, the logits, is always there.
   static constexpr std::array<BackwardReads, layer_count> reads = {backward_reads<Layers>...};
@@ -189,6 +217,13 @@ class Sequential {
     // GEMM efficiency (128 took the bf16 step from 69 to 82 ms, docs/precision.md).
     static constexpr int chunk_columns = 256;
     static constexpr int chunk_samples = std::max(1, chunk_columns / widest_columns);
+    // After a first layer that packs (Bert), a chunk takes up to four times as many samples
+    // while their packed columns fit: sentences of a quarter of the padded length fill it.
+    static constexpr int chunk_samples_most = packing ? 4 * chunk_samples : chunk_samples;
+    struct Chunk {
+      int first = 0, samples = 0;
+      std::size_t packed = 0;  // the first layer's packed columns (where it packs)
+    };
 
     explicit Workspace(int max_batch) : max_batch_(max_batch) {
       auto columns_of = [&](int per_sample) { return per_sample * max_batch; };
@@ -218,14 +253,19 @@ class Sequential {
         }
         outputs_[layer_count - 1].resize(output_width, max_batch);
         gradient_a_.resize(output_width, max_batch);
-        in_use_.resize(std::size_t(std::max(1, (max_batch + chunk_samples - 1) / chunk_samples)) * scratch_total);
-        int const chunk = std::min(max_batch, chunk_samples);
-        for (Buffer* m : {&chunk_in_, &chunk_out_, &gradient_b_, &chunk_dx_}) m->setZero(per_sample, chunk);
-        chunk_scratch_.setZero(int(std::max<std::size_t>(widest_scratch_per_sample, 1)), chunk);
+        // Every chunk but the last has chunk_samples samples or more.
+        std::size_t const most_chunks = std::size_t(std::max(1, (max_batch + chunk_samples - 1) / chunk_samples));
+        chunks_.reserve(most_chunks);
+        in_use_.resize(most_chunks * scratch_total);
+        for (Buffer* m : {&chunk_in_, &chunk_out_, &gradient_b_, &chunk_dx_})
+          m->setZero(per_sample, std::min(max_batch, chunk_samples_most));
+        chunk_scratch_.setZero(int(std::max<std::size_t>(widest_scratch_per_sample, 1)), std::min(max_batch, chunk_samples));
       }
     }
     [[nodiscard]] int max_batch() const { return max_batch_; }
     [[nodiscard]] int batch() const { return batch_; }
+    // Mixed precision: the samples each float pass of the last forward took.
+    [[nodiscard]] std::span<Chunk const> chunks() const { return chunks_; }
     [[nodiscard]] ConstMatrixView output() const { return output(layer_count - 1); }
     // Where the loss writes d(loss)/d(output) for the current batch.
     [[nodiscard]] MatrixView output_gradient() { return {gradient_a_.data(), output_width, batch_}; }
@@ -263,20 +303,23 @@ class Sequential {
       ConstMatrixView const v = std::as_const(*this).output(i);
       return {const_cast<float*>(v.data), v.rows, v.cols};
     }
-    // Mixed precision: the floats of each scratch view that the chunk at sample `first` kept
-    // (nn::scratch_in_use, recorded by forward for backward's load).
-    [[nodiscard]] std::span<std::size_t> in_use(int first) {
-      return {in_use_.data() + std::size_t(first / chunk_samples) * scratch_total, scratch_total};
+    // Mixed precision: the floats of each scratch view that chunk `c` kept (nn::scratch_in_use,
+    // recorded by forward for backward's load).
+    [[nodiscard]] std::span<std::size_t> in_use(std::size_t c) {
+      return {in_use_.data() + c * scratch_total, scratch_total};
     }
     // Layer I's scratch views over `samples` samples: the whole-batch buffers (float), or
-    // the chunk area (mixed precision).
+    // the chunk area (mixed precision), where a packing first layer's buffers that scale
+    // with its packed columns get `packed` columns' worth.
     template <std::size_t I>
-    Scratch scratch(int samples) {
+    Scratch scratch(int samples, std::size_t packed = 0) {
       std::size_t at = 0;
       for (std::size_t s = scratch_starts[I]; s < scratch_starts[I + 1]; ++s) {
         ScratchBuffer const& b = all_scratch[s];
         float* data = mixed ? chunk_scratch_.data() + at : scratch_[s].data();
-        views_[s] = MatrixView{data, b.rows, b.columns_per_sample * samples};
+        int cols = b.columns_per_sample * samples;
+        if (mixed && scales_with_packing(s)) cols = b.columns_per_sample / columns[1] * int(packed);
+        views_[s] = MatrixView{data, b.rows, cols};
         at += views_[s].size();
       }
       return Scratch(views_.data() + scratch_starts[I], scratch_specs<I>.size());
@@ -295,6 +338,7 @@ class Sequential {
     std::array<AlignedArray<T>, scratch_total> stored_scratch_;
     std::array<AlignedBuffer, scratch_total> stored_float_scratch_;
     Buffer chunk_in_, chunk_out_, chunk_scratch_, chunk_dx_;
+    std::vector<Chunk> chunks_;        // the last forward's chunks, for backward
     std::vector<std::size_t> in_use_;  // scratch_total per chunk (in_use)
   };
 
@@ -375,10 +419,13 @@ class Sequential {
   // so every value a layer sees is one a T can hold (what a GPU's 16-bit kernels see).
   template <class B, class T>
   void forward_mixed(Workspace<B, T>& ws, float const* params, ConstMatrixView x, ForwardContext const& context) const {
-    using W = Workspace<B, T>;
     Bf16ProductsBinding const bf16_products(std::is_same_v<T, bf16>);  // where the CPU multiplies bf16
-    for (int first = 0; first < ws.batch_; first += W::chunk_samples) {
-      int const n = std::min(W::chunk_samples, ws.batch_ - first);
+    ws.chunks_.clear();
+    for (int first = 0; first < ws.batch_; first += ws.chunks_.back().samples) {
+      ws.chunks_.push_back(next_chunk(ws, x, first));
+      std::size_t const index = ws.chunks_.size() - 1;
+      typename Workspace<B, T>::Chunk const chunk = ws.chunks_.back();
+      int const n = chunk.samples;
       float* in = ws.chunk_in_.data();
       float* out = ws.chunk_out_.data();
       cast_input<T>(x.columns(first, n), in);
@@ -388,14 +435,14 @@ class Sequential {
         constexpr int w = widths[I + 1];
         constexpr int c = columns[I + 1];
         MatrixView y = I + 1 == layer_count ? ws.output(I).columns(first * c, n * c) : MatrixView{out, w, n * c};
-        Scratch const scratch = ws.template scratch<I>(n);
+        Scratch const scratch = ws.template scratch<I>(n, chunk.packed);
         layer.template forward<B>(params + offsets[I], ConstMatrixView{in, widths[I], n * columns[I]}, y, scratch,
                                   chunk_context.for_columns(columns[I]).for_layer(I));
         T* keep = nullptr;
         if constexpr (output_kept[I])
           if (context.backward_follows) keep = ws.stored_[I].data() + std::size_t(first) * w * c;
         round_and_keep<T, !selecting[I]>(y.data, y.size(), keep);
-        if (context.backward_follows) keep_scratch<I>(ws, scratch, first, /*save=*/true);
+        if (context.backward_follows) keep_scratch<I>(ws, scratch, index, first, /*save=*/true);
         std::swap(in, out);
       });
     }
@@ -407,9 +454,11 @@ class Sequential {
     using W = Workspace<B, T>;
     Bf16ProductsBinding const bf16_products(std::is_same_v<T, bf16>);
     int const b = ws.batch_;
-    // At least one pass, so that an empty shard still writes its (zero) weight gradients.
-    for (int first = 0; first < b || first == 0; first += W::chunk_samples) {
-      int const n = std::min(W::chunk_samples, b - first);
+    // Forward's chunks; at least one pass, so that an empty shard still writes its (zero)
+    // weight gradients.
+    for (std::size_t index = 0; index < std::max<std::size_t>(ws.chunks_.size(), 1); ++index) {
+      typename W::Chunk const chunk = index < ws.chunks_.size() ? ws.chunks_[index] : typename W::Chunk{};
+      int const first = chunk.first, n = chunk.samples;
       float* dy = ws.gradient_b_.data();
       float* dx = ws.chunk_dx_.data();
       ConstMatrixView const dlogits = ConstMatrixView(ws.output_gradient()).columns(first, n);
@@ -445,8 +494,8 @@ class Sequential {
           load_split<T>(ws.chunk_out_.data(), ws.stored_[I].data() + std::size_t(first) * w * c, std::size_t(w) * c * n);
           y.data = ws.chunk_out_.data();
         }
-        Scratch const scratch = ws.template scratch<I>(n);
-        keep_scratch<I>(ws, scratch, first, /*save=*/false);
+        Scratch const scratch = ws.template scratch<I>(n, chunk.packed);
+        keep_scratch<I>(ws, scratch, index, first, /*save=*/false);
         MatrixView dx_view = I == 0 ? MatrixView{} : MatrixView{dx, widths[I], columns[I] * n};
         layer.template backward<B>(params + offsets[I], grads + offsets[I], ConstMatrixView{in, widths[I], columns[I] * n},
                                    y, scratch, ConstMatrixView{dy, w, c * n}, dx_view, accumulate || first > 0);
@@ -457,15 +506,39 @@ class Sequential {
     }
   }
 
+  // A mixed pass's next chunk, from sample `first`: chunk_samples samples, or after a first
+  // layer that packs, as many more (up to chunk_samples_most) as their packed columns fit in
+  // the chunk's scratch, which holds chunk_samples padded samples.
+  template <class W>
+  typename W::Chunk next_chunk(W const& ws, ConstMatrixView x, int first) const {
+    int const left = ws.batch_ - first;
+    typename W::Chunk chunk{first, std::min(W::chunk_samples, left), 0};
+    if constexpr (packing) {
+      auto const& layer = chain_.template layer<0>();
+      chunk.packed = layer.packed_columns(x.columns(first, chunk.samples));
+      std::size_t const capacity = std::size_t(ws.chunk_scratch_.size());
+      int most = std::min(W::chunk_samples_most, left);
+      if constexpr (widest_later_scratch_per_sample > 0)  // the later layers' scratch, chunk_samples of it or more
+        most = std::min(most, std::max(chunk.samples, int(capacity / widest_later_scratch_per_sample)));
+      while (chunk.samples < most) {
+        std::size_t const packed = chunk.packed + layer.packed_columns(x.columns(first + chunk.samples, 1));
+        if (first_scratch_floats(chunk.samples + 1, packed) > capacity) break;
+        chunk.packed = packed;
+        ++chunk.samples;
+      }
+    }
+    return chunk;
+  }
+
   // Saves layer I's kept scratch of the chunk at sample `first` into its batch-sized storage
   // (T, or float for statistics), or loads it back: of each view, what the layer's forward
   // wrote (nn::scratch_in_use; the rest of a view is never read), so that a layer filling a
   // prefix (Bert's packed tokens) converts no padding.
   template <std::size_t I, class B, class T>
-  void keep_scratch(Workspace<B, T>& ws, Scratch scratch, int first, bool save) const {
+  void keep_scratch(Workspace<B, T>& ws, Scratch scratch, std::size_t chunk, int first, bool save) const {
     constexpr std::size_t count = scratch_specs<I>.size();  // none for most layers
     if constexpr (count > 0) {
-      std::span<std::size_t> const in_use = ws.in_use(first).subspan(scratch_starts[I], count);
+      std::span<std::size_t> const in_use = ws.in_use(chunk).subspan(scratch_starts[I], count);
       if (save) nn::scratch_in_use(chain_.template layer<I>(), scratch, in_use);
       for (std::size_t k = 0; k < count; ++k) {
         std::size_t const s = scratch_starts[I] + k;
