@@ -132,15 +132,17 @@ class Sequential {
   static constexpr std::size_t floats_per_sample(ScratchBuffer const& b) {
     return std::size_t(b.rows) * std::size_t(b.columns_per_sample);
   }
-  static constexpr std::size_t widest_scratch_per_sample = [] {
+  // Floats per sample of the widest scratch of one layer, from layer `from` on.
+  static constexpr std::size_t widest_scratch_from(std::size_t from) {
     std::size_t widest = 0;
-    for (std::size_t i = 0; i < layer_count; ++i) {
+    for (std::size_t i = from; i < layer_count; ++i) {
       std::size_t layer = 0;
       for (std::size_t s = scratch_starts[i]; s < scratch_starts[i + 1]; ++s) layer += floats_per_sample(all_scratch[s]);
       widest = std::max(widest, layer);
     }
     return widest;
-  }();
+  }
+  static constexpr std::size_t widest_scratch_per_sample = widest_scratch_from(0);
   static constexpr int widest_columns = *std::max_element(columns.begin(), columns.end());
   // A first layer that packs its columns (nn::PacksColumns: Bert's real tokens) lets a mixed
   // pass's chunk hold as many samples as their packed columns fit in its scratch. Its buffers
@@ -160,16 +162,7 @@ class Sequential {
     }
     return floats;
   }
-  // Floats per sample of the widest scratch of a layer after the first.
-  static constexpr std::size_t widest_later_scratch_per_sample = [] {
-    std::size_t widest = 0;
-    for (std::size_t i = 1; i < layer_count; ++i) {
-      std::size_t layer = 0;
-      for (std::size_t s = scratch_starts[i]; s < scratch_starts[i + 1]; ++s) layer += floats_per_sample(all_scratch[s]);
-      widest = std::max(widest, layer);
-    }
-    return widest;
-  }();
+  static constexpr std::size_t widest_later_scratch_per_sample = widest_scratch_from(1);  // after the first layer
   // Layer i's output is kept for backward only where a backward reads it: its own (as y) or
   // the next layer's (as x). The last layer's output, the logits, is always there.
   static constexpr std::array<BackwardReads, layer_count> reads = {backward_reads<Layers>...};
