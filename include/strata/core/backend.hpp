@@ -101,7 +101,9 @@ struct CpuBackend {
   static constexpr double min_split_macs = double(1 << 21);
   static constexpr int min_split_columns = 32;
 
-  // c = alpha * op(a) * op(b) + beta * c
+  // c = alpha * op(a) * op(b) + beta * c. A template only so that Eigen's products are
+  // compiled where a program multiplies, not in every unit that includes this header.
+  template <class = void>
   static void gemm(Transpose op_a, Transpose op_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
                    MatrixView c) {
     auto C = detail::eigen(c);
@@ -159,6 +161,7 @@ struct CpuBackend {
 
  private:
   // Each part of a split product computes its own output columns: columns of op(b), whatever the transposes.
+  template <class = void>
   static void eigen_gemm(Transpose op_a, Transpose op_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
                          MatrixView c, int parts) {
     auto C = detail::eigen(c);

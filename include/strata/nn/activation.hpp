@@ -1,6 +1,7 @@
 #pragma once
 // Element-wise activations: Relu, Tanh, Gelu.
 
+#include <concepts>
 #include <algorithm>
 #include <cstddef>
 #include <string>
@@ -19,8 +20,9 @@ struct ActivationMath {
 };
 
 #include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's max, exp and tanh packets below
-template <>
-struct ActivationMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct ActivationMath<B> {
   static void relu(ConstMatrixView x, MatrixView y) {
     by_columns(x, [&](int first, int n) { eigen(y, first, n).array() = eigen(x, first, n).array().max(0.0f); });
   }

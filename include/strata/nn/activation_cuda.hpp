@@ -3,6 +3,7 @@
 // activations' own kernel module, on the calling replica's context. Included by
 // strata/cuda.hpp.
 
+#include <concepts>
 #include <array>
 #include <cstdint>
 
@@ -47,8 +48,9 @@ inline constexpr std::array<char const*, 6> activation_kernel_names = {
 inline constexpr cuda::KernelModule activation_kernels{"activation", cuda::source_text(detail::activation_source),
                                                        detail::activation_kernel_names};
 
-template <>
-struct ActivationMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct ActivationMath<B> {
   static void relu(ConstMatrixView x, MatrixView y) { unary(0, x, y); }
   static void relu_backward(ConstMatrixView y, ConstMatrixView dy, MatrixView dx) { binary(1, y, dy, dx); }
   static void tanh(ConstMatrixView x, MatrixView y) { unary(2, x, y); }

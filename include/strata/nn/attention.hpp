@@ -18,6 +18,7 @@
 //
 // The four projections are Dense-like blocks (kernel (In, Out) row-major, then bias).
 
+#include <concepts>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -52,8 +53,9 @@ struct AttentionMath {
   static_assert(policy::dependent_false<B>, "strata::SelfAttention: no math for this backend; include its device header (strata/cuda.hpp for Cuda)");
 };
 
-template <>
-struct AttentionMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct AttentionMath<B> {
   using Strided = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
 
   // Head h of the `length` tokens starting at column `first` of a Hidden x tokens matrix:

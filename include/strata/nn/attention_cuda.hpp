@@ -10,6 +10,7 @@
 // and dropout draws the CPU's mask bits for (sample, head, query, key): with the same
 // lengths both devices compute the same function.
 
+#include <concepts>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -200,8 +201,9 @@ struct CudaAttentionExecutor {
   }
 };
 
-template <>
-struct AttentionMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct AttentionMath<B> {
   // The samples' lengths into `kept` (a device row): Bert's, or `length` for every sample.
   static void keep_lengths(float const* given, MatrixView kept, int length) {
     auto& c = CudaBackend::ctx();

@@ -18,6 +18,7 @@
 // lengths are counted on the device and the batch stays padded: attention masks the
 // padding's keys, and the output and its gradient are zero at the padding, as on the CPU.
 
+#include <concepts>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -257,8 +258,9 @@ template <class B>
 struct FirstTokenMath {
   static_assert(policy::dependent_false<B>, "strata::FirstToken: no math for this backend; include its device header (strata/cuda.hpp for Cuda)");
 };
-template <>
-struct FirstTokenMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct FirstTokenMath<B> {
   static void forward(ConstMatrixView x, int tokens, MatrixView y) {
     for (int s = 0; s < y.cols; ++s)
       std::copy_n(x.data + std::size_t(s) * std::size_t(tokens) * std::size_t(x.rows), x.rows,

@@ -3,6 +3,7 @@
 // the Embedding module, which defines the padding), and the pooler's first token (strided
 // copies). Included by strata/cuda.hpp.
 
+#include <concepts>
 #include <cstddef>
 
 #include "strata/cuda/backend.hpp"
@@ -11,8 +12,9 @@
 
 namespace strata::nn {
 
-template <>
-struct BertPadding<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct BertPadding<B> {
   static void lengths(ConstMatrixView ids, MatrixView lengths, int pad_id) {
     CudaBackend::ctx().launch(embedding_kernels, 2, ids.cols, ids.data, lengths.data, ids.rows, (long long)ids.cols,
                               pad_id);
@@ -23,8 +25,9 @@ struct BertPadding<CudaBackend> {
   }
 };
 
-template <>
-struct FirstTokenMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct FirstTokenMath<B> {
   // Column s * tokens of x to column s of y: one strided 2-D copy.
   static void forward(ConstMatrixView x, int tokens, MatrixView y) {
     std::size_t const column = std::size_t(x.rows) * sizeof(float);

@@ -20,6 +20,7 @@
 // The gathering, scattering and pooling are host loops: the image layers run on strata::Cpu
 // only (on strata::Cuda, a compile-time message says so).
 
+#include <concepts>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -109,8 +110,9 @@ struct ImageMath {
                 "strata::Conv2D and the pooling layers run on strata::Cpu only: the Cuda device has no image kernels yet");
 };
 
-template <>
-struct ImageMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct ImageMath<B> {
   // The patches of the images of shape `In` (columns of x) for each of W's windows (one per
   // output pixel): patches is (Kernel * Kernel * channels) x (pixels * samples), column
   // p + pixels * s holding pixel p of sample s, rows in (row of kernel, column, channel)

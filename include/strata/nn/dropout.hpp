@@ -4,6 +4,7 @@
 // step seed and the column's position in the global batch (a sample's, or a token's where a
 // sample has several columns), so any sharding or chunking draws the same mask.
 
+#include <concepts>
 #include <array>
 #include <string>
 
@@ -22,8 +23,9 @@ struct DropoutMath {
   static_assert(policy::dependent_false<B>, "strata::Dropout: no math for this backend; include its device header");
 };
 
-template <>
-struct DropoutMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct DropoutMath<B> {
   // Inverted dropout. The mask of element (row, column) depends only on (seed, column, row),
   // so sharding a batch across replicas draws the same mask as one replica would.
   // `positions`, where given, are the columns' places in the batch (packed sequences);

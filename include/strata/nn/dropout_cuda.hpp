@@ -3,6 +3,7 @@
 // counter-based hash (the device prelude's mix64 and uniform01), so the masks are the same
 // bits on both. Included by strata/cuda.hpp.
 
+#include <concepts>
 #include <array>
 #include <cstdint>
 
@@ -39,8 +40,9 @@ inline constexpr std::array<char const*, 2> dropout_kernel_names = {"strata_drop
 inline constexpr cuda::KernelModule dropout_kernels{"Dropout", cuda::source_text(detail::dropout_source),
                                                     detail::dropout_kernel_names};
 
-template <>
-struct DropoutMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct DropoutMath<B> {
   static void dropout(ConstMatrixView x, MatrixView y, MatrixView mask, float rate, std::uint64_t seed,
                       std::int64_t first_column) {
     CudaBackend::ctx().launch(dropout_kernels, 0, std::int64_t(x.size()), x.data, y.data, mask.data, x.rows,

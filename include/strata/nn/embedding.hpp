@@ -13,6 +13,7 @@
 // Backward touches only the rows of the ids in the batch (a scatter-add, in token order,
 // so the sums are the same on every run); the rest of the gradient block is zero.
 
+#include <concepts>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -50,8 +51,9 @@ struct EmbeddingTables {
   int vocab = 0, hidden = 0;
 };
 
-template <>
-struct EmbeddingMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct EmbeddingMath<B> {
   // The id at (position t, sample s), or a DataError naming both.
   static int token_id(ConstMatrixView ids, int t, int s, int vocab) {
     float const v = ids.data[std::size_t(s) * std::size_t(ids.rows) + std::size_t(t)];

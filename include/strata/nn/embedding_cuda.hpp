@@ -8,6 +8,7 @@
 // thread per hidden unit, and only for each sample's tokens before its padding (all of them
 // when pad_id < 0): the CPU's sums in the CPU's order.
 
+#include <concepts>
 #include <array>
 #include <cstddef>
 #include <utility>
@@ -90,8 +91,9 @@ inline constexpr std::array<char const*, 4> embedding_kernel_names = {
 inline constexpr cuda::KernelModule embedding_kernels{"Embedding", cuda::source_text(detail::embedding_source),
                                                       detail::embedding_kernel_names};
 
-template <>
-struct EmbeddingMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct EmbeddingMath<B> {
   // Every position of every sample (the padding too: see the top of this file).
   static void forward(ConstMatrixView ids, MatrixView y, EmbeddingTables const& t, int /*pad_id*/) {
     auto& c = CudaBackend::ctx();

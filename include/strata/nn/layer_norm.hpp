@@ -11,6 +11,7 @@
 // mixed precision. The math of each device sits beside the layer: LayerNormMath<B> here
 // for the CPU; strata/cuda.hpp adds the Cuda one (nn/layer_norm_cuda.hpp).
 
+#include <concepts>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -38,8 +39,9 @@ struct LayerNormMath {
   static_assert(policy::dependent_false<B>, "strata::LayerNorm: no math for this backend; include its device header");
 };
 
-template <>
-struct LayerNormMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct LayerNormMath<B> {
   static void forward(ConstMatrixView x, MatrixView y, LayerNormViews const& v, float epsilon) {
     int const n = x.rows;
     for (int j = 0; j < x.cols; ++j) {

@@ -12,6 +12,7 @@
 // made LayerNorm half of BERT's training step.) tests/test_kernels_on_host.cpp runs this
 // text on the CPU, with a thread per device thread, against LayerNormMath<CpuBackend>.
 
+#include <concepts>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -109,8 +110,9 @@ inline constexpr std::array<char const*, 3> layer_norm_kernel_names = {
 inline constexpr cuda::KernelModule layer_norm_kernels{"LayerNorm", cuda::source_text(detail::layer_norm_source),
                                                        detail::layer_norm_kernel_names};
 
-template <>
-struct LayerNormMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct LayerNormMath<B> {
   static void forward(ConstMatrixView x, MatrixView y, LayerNormViews const& v, float epsilon) {
     cuda::current_context().launch(layer_norm_kernels, 0, warp_per_column(x), x.data, y.data, v.gamma, v.beta,
                                    v.mean.data, v.rstd.data, x.rows, (long long)x.cols, epsilon);

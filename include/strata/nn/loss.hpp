@@ -23,8 +23,9 @@ struct LossMath {
 };
 
 #include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's max, exp and tanh packets below
-template <>
-struct LossMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct LossMath<B> {
   // Softmax cross-entropy with integer labels (stored as floats, one row). Returns the sum
   // of the per-sample losses; writes grad_scale * d(sum)/d(logits).
   static double softmax_cross_entropy(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits,

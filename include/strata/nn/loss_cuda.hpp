@@ -4,6 +4,7 @@
 // the evaluator (CudaBackend::defer_sums) the sums stay on the device until collected.
 // The kernels are the losses' own module. Included by strata/cuda.hpp.
 
+#include <concepts>
 #include <cstdint>
 
 #include <array>
@@ -81,8 +82,9 @@ inline constexpr std::array<char const*, 3> loss_kernel_names = {"strata_softmax
 inline constexpr cuda::KernelModule loss_kernels{"loss", cuda::source_text(detail::loss_source),
                                                  detail::loss_kernel_names};
 
-template <>
-struct LossMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct LossMath<B> {
   static double softmax_cross_entropy(ConstMatrixView logits, ConstMatrixView labels, MatrixView dlogits,
                                       float grad_scale) {
     if (logits.cols == 0) return 0.0;
@@ -122,8 +124,9 @@ struct LossMath<CudaBackend> {
   }
 };
 
-template <>
-struct AccuracyMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct AccuracyMath<B> {
   static std::int64_t count_correct(ConstMatrixView logits, ConstMatrixView labels) {
     if (logits.cols == 0) return 0;
     auto& c = CudaBackend::ctx();

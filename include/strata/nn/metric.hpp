@@ -1,6 +1,7 @@
 #pragma once
 // Metrics. Accuracy counts samples whose largest output is at the label's index.
 
+#include <concepts>
 #include <cstdint>
 
 #include "strata/core/backend.hpp"
@@ -16,8 +17,9 @@ struct AccuracyMath {
 };
 
 #include "strata/core/detail/gcc_avx512_warnings_off.hpp"  // Eigen's max, exp and tanh packets below
-template <>
-struct AccuracyMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct AccuracyMath<B> {
   // Number of samples whose largest logit is at the label's position.
   static std::int64_t count_correct(ConstMatrixView logits, ConstMatrixView labels) {
     std::int64_t correct = 0;

@@ -8,6 +8,7 @@
 // The block's parameters live in the model's arena like any layer's; its activations are
 // scratch of the Residual (the block's output is kept for the block's own backward).
 
+#include <concepts>
 #include <array>
 #include <cstddef>
 #include <span>
@@ -28,8 +29,9 @@ template <class B>
 struct ResidualMath {
   static_assert(policy::dependent_false<B>, "strata::Residual: no math for this backend; include its device header");
 };
-template <>
-struct ResidualMath<CpuBackend> {
+template <class B>
+  requires std::same_as<B, CpuBackend>
+struct ResidualMath<B> {
   static void sum(ConstMatrixView a, ConstMatrixView b, MatrixView y) {
     strata::detail::eigen(y) = strata::detail::eigen(a) + strata::detail::eigen(b);
   }

@@ -2,6 +2,7 @@
 // Residual's math on the Cuda device: y = a + b, one kernel of its own (a KernelModule).
 // Included by strata/cuda.hpp.
 
+#include <concepts>
 #include <array>
 
 #include "strata/cuda/backend.hpp"
@@ -22,8 +23,9 @@ inline constexpr std::array<char const*, 1> residual_kernel_names = {"strata_res
 
 inline constexpr cuda::KernelModule residual_kernels{"Residual", detail::residual_source, detail::residual_kernel_names};
 
-template <>
-struct ResidualMath<CudaBackend> {
+template <class B>
+  requires std::same_as<B, CudaBackend>
+struct ResidualMath<B> {
   static void sum(ConstMatrixView a, ConstMatrixView b, MatrixView y) {
     cuda::current_context().launch(residual_kernels, 0, std::int64_t(y.size()), a.data, b.data, y.data,
                                    (long long)y.size());
