@@ -1,8 +1,8 @@
 #pragma once
 // Element-wise activations: Relu, Tanh, Gelu.
 
-#include <concepts>
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <string>
 

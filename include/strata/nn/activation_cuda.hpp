@@ -3,8 +3,8 @@
 // activations' own kernel module, on the calling replica's context. Included by
 // strata/cuda.hpp.
 
-#include <concepts>
 #include <array>
+#include <concepts>
 #include <cstdint>
 
 #include "strata/cuda/backend.hpp"

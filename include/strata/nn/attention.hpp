@@ -18,10 +18,10 @@
 //
 // The four projections are Dense-like blocks (kernel (In, Out) row-major, then bias).
 
-#include <concepts>
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <span>

@@ -10,9 +10,9 @@
 // and dropout draws the CPU's mask bits for (sample, head, query, key): with the same
 // lengths both devices compute the same function.
 
-#include <concepts>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 
 #include "strata/cuda/backend.hpp"

@@ -18,10 +18,10 @@
 // lengths are counted on the device and the batch stays padded: attention masks the
 // padding's keys, and the output and its gradient are zero at the padding, as on the CPU.
 
-#include <concepts>
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <string>

@@ -20,10 +20,10 @@
 // The gathering, scattering and pooling are host loops: the image layers run on strata::Cpu
 // only (on strata::Cuda, a compile-time message says so).
 
-#include <concepts>
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -4,8 +4,8 @@
 // step seed and the column's position in the global batch (a sample's, or a token's where a
 // sample has several columns), so any sharding or chunking draws the same mask.
 
-#include <concepts>
 #include <array>
+#include <concepts>
 #include <string>
 
 #include "strata/core/backend.hpp"

@@ -3,8 +3,8 @@
 // counter-based hash (the device prelude's mix64 and uniform01), so the masks are the same
 // bits on both. Included by strata/cuda.hpp.
 
-#include <concepts>
 #include <array>
+#include <concepts>
 #include <cstdint>
 
 #include "strata/cuda/backend.hpp"

@@ -13,9 +13,9 @@
 // Backward touches only the rows of the ids in the batch (a scatter-add, in token order,
 // so the sums are the same on every run); the rest of the gradient block is zero.
 
-#include <concepts>
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <string>
 #include <vector>

@@ -8,8 +8,8 @@
 // thread per hidden unit, and only for each sample's tokens before its padding (all of them
 // when pad_id < 0): the CPU's sums in the CPU's order.
 
-#include <concepts>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <utility>
 

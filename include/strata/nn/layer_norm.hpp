@@ -11,9 +11,9 @@
 // mixed precision. The math of each device sits beside the layer: LayerNormMath<B> here
 // for the CPU; strata/cuda.hpp adds the Cuda one (nn/layer_norm_cuda.hpp).
 
-#include <concepts>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <string>
 #include <vector>

@@ -12,8 +12,8 @@
 // made LayerNorm half of BERT's training step.) tests/test_kernels_on_host.cpp runs this
 // text on the CPU, with a thread per device thread, against LayerNormMath<CpuBackend>.
 
-#include <concepts>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 

@@ -8,8 +8,8 @@
 // The block's parameters live in the model's arena like any layer's; its activations are
 // scratch of the Residual (the block's output is kept for the block's own backward).
 
-#include <concepts>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <string>

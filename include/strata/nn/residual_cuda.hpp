@@ -2,8 +2,8 @@
 // Residual's math on the Cuda device: y = a + b, one kernel of its own (a KernelModule).
 // Included by strata/cuda.hpp.
 
-#include <concepts>
 #include <array>
+#include <concepts>
 
 #include "strata/cuda/backend.hpp"
 #include "strata/cuda/kernels.hpp"
