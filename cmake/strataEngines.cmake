@@ -75,6 +75,18 @@ if(NOT TARGET strata::dnnl)
     target_link_libraries(strata::dnnl INTERFACE strata::strata ${STRATA_DNNL_LIBRARY} ${STRATA_GOMP_LIBRARY})
   endif()
 endif()
+# The fastest CPU GEMM engines this build has, for a program that trains real models: oneDNN,
+# with OpenBLAS beside it where both are found (on AVX2-only CPUs OpenBLAS then multiplies the
+# few float shapes oneDNN's AVX2 kernels run at half speed: include/strata/core/dnnl.hpp),
+# else OpenBLAS alone, else Eigen's own kernels.
+function(strata_link_fastest_gemm target)
+  if(TARGET strata::dnnl)
+    target_link_libraries(${target} PRIVATE strata::dnnl)
+  endif()
+  if(TARGET strata::blas)
+    target_link_libraries(${target} PRIVATE strata::blas)
+  endif()
+endfunction()
 # utf8proc (Debian's libutf8proc-dev): the Unicode tables behind strata/data/unicode.hpp and
 # the BERT tokenizer (strata/text.hpp).
 if(NOT TARGET strata::text)

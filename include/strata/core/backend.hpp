@@ -212,7 +212,7 @@ struct CpuBackend {
         int const inner = trans_a ? a.rows : a.cols;
         detail::DnnlBf16Products::of_this_thread().gemm(trans_a, trans_b, alpha, inputs, inner, beta, c, first, count);
       } else {
-        detail::dnnl_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
+        detail::float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
       }
     });
   }

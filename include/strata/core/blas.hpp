@@ -8,9 +8,14 @@
 // own thread pool would oversubscribe the cores. strata therefore sets OpenBLAS to one
 // thread, once, before main, in any program that includes it with STRATA_OPENBLAS.
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <string>
 #include <string_view>
+
+#include "strata/core/eigen.hpp"  // with EIGEN_USE_BLAS, it declares BLAS's sgemm_
+#include "strata/core/tensor.hpp"
 
 #if defined(STRATA_OPENBLAS)
 extern "C" {
@@ -29,6 +34,19 @@ namespace strata {
 #endif
 namespace detail {
 inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), true);
+
+// Output columns [first, first + count) of c = alpha * op(a) * op(b) + beta * c on OpenBLAS's
+// sgemm, called directly (Eigen's product would scale c by beta in a pass of its own). All
+// views are column-major, as BLAS's are.
+inline void openblas_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b,
+                                float beta, MatrixView c, int first, int count) {
+  int const m = c.rows, k = trans_a ? a.rows : a.cols;
+  int const lda = std::max(1, a.rows), ldb = std::max(1, b.rows), ldc = std::max(1, c.rows);
+  float const* b_part = b.data + (trans_b ? std::size_t(first) : std::size_t(first) * std::size_t(b.rows));
+  char const op_a = trans_a ? 'T' : 'N', op_b = trans_b ? 'T' : 'N';
+  sgemm_(&op_a, &op_b, &m, &count, &k, &alpha, a.data, &lda, b_part, &ldb, &beta,
+         c.data + std::size_t(first) * std::size_t(c.rows), &ldc);
+}
 }  // namespace detail
 
 #endif
@@ -50,18 +68,23 @@ inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), tru
          (avx512 ? "SkylakeX" : "Haswell") + ", or link strata::dnnl)";
 }
 
-#if defined(STRATA_DNNL)
-// oneDNN runs the products: core/dnnl.hpp defines cpu_gemm_engine().
-#elif defined(STRATA_OPENBLAS)
+#if defined(STRATA_OPENBLAS)
 // "OpenBLAS 0.3.21, Zen kernels": the version and the kernels picked for this CPU, and a
 // hint where they leave out its AVX2.
-inline std::string cpu_gemm_engine() {
+inline std::string openblas_engine() {
   std::string const config = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
   auto const version_end = config.find(' ', config.find(' ') + 1);
   std::string const core = openblas_get_corename();
   return config.substr(0, version_end) + ", " + core + " kernels" +
          openblas_kernel_note(core, __builtin_cpu_supports("avx2"), __builtin_cpu_supports("avx512f"));
 }
+#endif
+
+#if defined(STRATA_DNNL)
+// oneDNN runs the products (with OpenBLAS beside it where both are linked): core/dnnl.hpp
+// defines cpu_gemm_engine().
+#elif defined(STRATA_OPENBLAS)
+inline std::string cpu_gemm_engine() { return openblas_engine(); }
 #elif defined(EIGEN_USE_BLAS)
 // EIGEN_USE_BLAS defined by hand: some BLAS library runs the products, at its own thread count.
 inline std::string cpu_gemm_engine() { return "a BLAS library (EIGEN_USE_BLAS without strata::blas)"; }

@@ -1,7 +1,9 @@
 #pragma once
 // oneDNN as the CPU backend's GEMM engine, in a program that links the strata::dnnl target
 // (it defines STRATA_DNNL). oneDNN is what PyTorch and TensorFlow call for CPU matrix
-// products. Float products run `dnnl_sgemm`. Where a mixed-precision pass has bound bf16
+// products. Float products run `dnnl_sgemm`, except, where the program links strata::blas
+// too, the few shapes oneDNN's AVX2 kernels run at half speed, which OpenBLAS multiplies
+// (detail::float_gemm below). Where a mixed-precision pass has bound bf16
 // products (core/product_precision.hpp) and the CPU has bf16 dot products (AVX512_BF16,
 // AMX), the inputs are rounded to bf16 and multiplied with float sums, about twice the float
 // rate (docs/benchmarks.md). On AVX512_BF16, strata's own kernel (core/bf16_gemm.hpp)
@@ -13,6 +15,10 @@
 // Replicas are strata's threads, so every product runs on the thread that calls it: each
 // calling thread sets its OpenMP team (oneDNN's threads in Debian's build) to one thread the
 // first time it calls.
+
+#if !defined(STRATA_DNNL)
+#error "strata/core/dnnl.hpp without STRATA_DNNL: link the strata::dnnl target, which defines it (core/backend.hpp then includes this header)"
+#endif
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -27,6 +33,7 @@
 #include <vector>
 
 #include "strata/core/bf16_gemm.hpp"
+#include "strata/core/blas.hpp"
 #include "strata/core/dtype.hpp"
 #include "strata/core/intra_op.hpp"
 #include "strata/core/error.hpp"
@@ -379,6 +386,44 @@ inline void dnnl_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrix
              "dnnl_sgemm");
 }
 
+// Which float products OpenBLAS multiplies in a program that links both engines (strata::dnnl
+// and strata::blas). oneDNN 2.6's AVX2 float GEMM runs at half its rate or less when op(a) is
+// a itself, a's columns lie a multiple of 512 floats apart (a.rows = 512, 1024, 1536, ...),
+// the part has at most 256 output columns and the inner dimension is not tiny: 34-67
+// GFLOP/s where 496, 528, 1000 or 1040 rows run at 86-96 on a Zen 3 core. OpenBLAS packs its
+// factors before it multiplies and runs them at 68-91, 1.3-2.3 times oneDNN
+// (docs/benchmarks.md, "Float products on two engines"); elsewhere oneDNN is as fast or
+// faster. These are the forward products of a Dense<_, 512k> layer at a replica's batch.
+constexpr bool dnnl_avx2_slow_float_product(bool trans_a, int a_rows, int inner, int columns) {
+  return !trans_a && a_rows >= 512 && a_rows % 512 == 0 && columns <= 256 && inner >= 64;
+}
+
+// Whether this process hands those products to OpenBLAS: it links OpenBLAS, oneDNN runs its
+// AVX2 float kernels (not AVX-512 ones, which were not measured to slow down so) and
+// OpenBLAS picked kernels with AVX2 (core/blas.hpp). Asked once.
+inline bool openblas_beside_dnnl() {
+#if defined(STRATA_OPENBLAS)
+  static bool const beside = (dnnl_isa() & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
+                             (dnnl_isa() & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core &&
+                             openblas_kernel_note(openblas_get_corename(), true, false).empty();
+  return beside;
+#else
+  return false;
+#endif
+}
+
+// Output columns [first, first + count) of a float product, on the engine that runs it faster here.
+inline void float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
+                       MatrixView c, int first, int count) {
+#if defined(STRATA_OPENBLAS)
+  if (openblas_beside_dnnl() && dnnl_avx2_slow_float_product(trans_a, a.rows, trans_a ? a.rows : a.cols, count)) {
+    openblas_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
+    return;
+  }
+#endif
+  dnnl_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
+}
+
 }  // namespace detail
 
 // Whether this process multiplies bf16 where a mixed-precision pass binds bf16 products:
@@ -401,13 +446,23 @@ inline bool bf16_kernel_products() {
 // "oneDNN 2.6.3, avx512_core_bf16 (bf16 products under MixedPrecision, strata's bf16
 // kernel)": the version, the instruction set it runs and what MixedPrecision multiplies, on
 // which engine.
+// Where the program links OpenBLAS too, what it multiplies is added ("; OpenBLAS 0.3.21, Zen
+// kernels, for the float products of 512k-row weights"), or that it does nothing here.
 inline std::string cpu_gemm_engine() {
   dnnl_version_t const* v = dnnl_version();
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", " +
-         detail::dnnl_isa_name(detail::dnnl_isa()) +
-         (!bf16_products_available() ? " (float products under MixedPrecision: no AVX512_BF16)"
-          : bf16_kernel_products()   ? " (bf16 products under MixedPrecision, strata's bf16 kernel)"
-                                     : " (bf16 products under MixedPrecision, oneDNN's matmul)");
+  std::string const dnnl =
+      "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", " +
+      detail::dnnl_isa_name(detail::dnnl_isa()) +
+      (!bf16_products_available() ? " (float products under MixedPrecision: no AVX512_BF16)"
+       : bf16_kernel_products()   ? " (bf16 products under MixedPrecision, strata's bf16 kernel)"
+                                  : " (bf16 products under MixedPrecision, oneDNN's matmul)");
+#if defined(STRATA_OPENBLAS)
+  return dnnl + (detail::openblas_beside_dnnl()
+                     ? "; " + openblas_engine() + ", for the float products of 512k-row weights"
+                     : "; OpenBLAS linked, unused on this CPU");
+#else
+  return dnnl;
+#endif
 }
 
 }  // namespace strata
