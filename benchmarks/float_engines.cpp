@@ -1,6 +1,6 @@
 // oneDNN's and OpenBLAS's float GEMM side by side, on the products of the flagship example's
 // and the anchor MLP's steps, one replica's share each: which engine should multiply which
-// float product on this CPU (core/dnnl.hpp, "Float products where both engines are linked").
+// float product on this CPU (core/dnnl.hpp, detail::dnnl_avx2_slow_float_product).
 //   FloatProduct/<engine>/<model>_<product>/<m>x<k>x<n>
 // c (m x n) = op(a) op(b) with k the inner dimension. The product names follow Dense: forward
 // y = W x (no transposes), weight gradient dW = dy x^T (b transposed), input gradient
@@ -24,8 +24,8 @@
 
 #include <strata/core/backend.hpp>
 
-#if !defined(STRATA_DNNL) || !defined(STRATA_OPENBLAS)
-#error "float_engines links both strata::dnnl and strata::blas"
+#if !defined(STRATA_DNNL_OPENBLAS)
+#error "float_engines needs strata::dnnl with OpenBLAS beside it (built where both are found)"
 #endif
 
 namespace {

@@ -63,7 +63,10 @@ endif()
 # oneDNN (Debian's libdnnl-dev) as the engine of the CPU backend's products: float, and bf16
 # inputs with float sums under MixedPrecision on CPUs with bf16 dot products
 # (include/strata/core/dnnl.hpp). Debian builds it on OpenMP; strata sets each calling
-# thread's OpenMP team to one thread, so it links libgomp itself.
+# thread's OpenMP team to one thread, so it links libgomp itself. Where OpenBLAS is found
+# too, the target links it beside oneDNN (STRATA_DNNL_OPENBLAS): on AVX2-only CPUs it then
+# multiplies the few float shapes oneDNN's AVX2 kernels run at half speed. Unlike
+# strata::blas it does not define EIGEN_USE_BLAS: Eigen's own products stay Eigen's.
 if(NOT TARGET strata::dnnl)
   find_path(STRATA_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
   find_library(STRATA_DNNL_LIBRARY dnnl)
@@ -73,17 +76,19 @@ if(NOT TARGET strata::dnnl)
     set_target_properties(strata::dnnl PROPERTIES INTERFACE_COMPILE_DEFINITIONS STRATA_DNNL)
     target_include_directories(strata::dnnl SYSTEM INTERFACE ${STRATA_DNNL_INCLUDE_DIR})
     target_link_libraries(strata::dnnl INTERFACE strata::strata ${STRATA_DNNL_LIBRARY} ${STRATA_GOMP_LIBRARY})
+    if(STRATA_OPENBLAS_LIBRARY)
+      set_property(TARGET strata::dnnl APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS STRATA_DNNL_OPENBLAS)
+      target_link_libraries(strata::dnnl INTERFACE ${STRATA_OPENBLAS_LIBRARY})
+    endif()
   endif()
 endif()
-# The fastest CPU GEMM engines this build has, for a program that trains real models: oneDNN,
-# with OpenBLAS beside it where both are found (on AVX2-only CPUs OpenBLAS then multiplies the
-# few float shapes oneDNN's AVX2 kernels run at half speed: include/strata/core/dnnl.hpp),
-# else OpenBLAS alone, else Eigen's own kernels.
+# The fastest CPU GEMM engine this build has, for a program that trains real models:
+# strata::dnnl (oneDNN, with OpenBLAS beside it where found), else strata::blas, else
+# Eigen's own kernels.
 function(strata_link_fastest_gemm target)
   if(TARGET strata::dnnl)
     target_link_libraries(${target} PRIVATE strata::dnnl)
-  endif()
-  if(TARGET strata::blas)
+  elseif(TARGET strata::blas)
     target_link_libraries(${target} PRIVATE strata::blas)
   endif()
 endfunction()

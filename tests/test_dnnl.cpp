@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <algorithm>
@@ -533,6 +534,75 @@ TEST_CASE("bf16: ParameterServer workers on bf16 products train what OneDevice t
       .fit(trained, Adam{.lr = 1e-3f}, SoftmaxCrossEntropy{}, train, options);
   auto const a = reference.parameters(), b = trained.parameters();
   CHECK(std::vector<float>(b.begin(), b.end()) == std::vector<float>(a.begin(), a.end()));
+}
+#endif
+
+#if defined(STRATA_DNNL_OPENBLAS)
+TEST_CASE("beside oneDNN, OpenBLAS multiplies the float products oneDNN's AVX2 kernels run slowly, and no others") {
+  // The rule: a itself (not transposed), rows a multiple of 512, at most 256 output columns, inner >= 64.
+  CHECK(detail::dnnl_avx2_slow_float_product(false, 1024, 784, 128));  // the anchor MLP's first forward
+  CHECK(detail::dnnl_avx2_slow_float_product(false, 512, 64, 256));
+  CHECK(detail::dnnl_avx2_slow_float_product(false, 1536, 512, 1));
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(true, 1024, 1024, 128));  // an input gradient
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 1000, 784, 128));  // 1,000 rows run at full speed
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 256, 784, 64));    // the flagship's first forward
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 1024, 128, 257));  // wider than 256 columns
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 1024, 63, 128));   // a tiny inner dimension
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 0, 64, 64));
+
+  // The environment's switch: unset or 1 on, 0 off, anything else an error naming it.
+  CHECK(detail::openblas_beside_dnnl_wanted(nullptr));
+  CHECK(detail::openblas_beside_dnnl_wanted("1"));
+  CHECK_FALSE(detail::openblas_beside_dnnl_wanted("0"));
+  CHECK_THROWS_WITH_AS(detail::openblas_beside_dnnl_wanted("yes"),
+                       doctest::Contains("STRATA_DNNL_OPENBLAS=yes: expected 0"), ConfigError);
+
+  // This process (run twice by ctest: as it is, and with STRATA_DNNL_OPENBLAS=0): the engine
+  // line names OpenBLAS's share exactly where it takes one.
+  bool const beside = detail::openblas_beside_dnnl();
+  bool const off = !detail::openblas_beside_dnnl_wanted(std::getenv("STRATA_DNNL_OPENBLAS"));
+  if (off) CHECK_FALSE(beside);
+  std::string const engine = cpu_gemm_engine();
+  CHECK((engine.find("; " + openblas_engine() + ", for the float products of 512k-row weights") != std::string::npos) ==
+        beside);
+  CHECK((engine.find("OpenBLAS beside it turned off (STRATA_DNNL_OPENBLAS=0)") != std::string::npos) == off);
+  CHECK((engine.find("OpenBLAS linked, unused on this CPU") != std::string::npos) == (!beside && !off));
+  MESSAGE("engine: " << engine);
+
+  // CpuBackend::gemm, whole and split over an intra-op team of 2, within a float bound of an
+  // exact sum, and bit for bit the engine the rule names for each part.
+  Rng rng(17);
+  comm::ThreadGroup team_threads(2);
+  IntraOpTeam const team = team_threads.intra_op_team();
+  int routed = 0;
+  for (IntraOpTeam const* bound : {static_cast<IntraOpTeam const*>(nullptr), &team})
+    for (auto ta : {Transpose::no, Transpose::yes})
+      for (auto tb : {Transpose::no, Transpose::yes})
+        for (float beta : {0.0f, 0.5f})
+          for (auto [m, n, k] : {std::array{1024, 96, 200}, std::array{512, 512, 64}, std::array{1000, 96, 200},
+                                 std::array{1024, 96, 40}}) {
+            IntraOpBinding const binding(bound);
+            Matrix const a = ta == Transpose::no ? random_matrix(rng, m, k) : random_matrix(rng, k, m);
+            Matrix const b = tb == Transpose::no ? random_matrix(rng, k, n) : random_matrix(rng, n, k);
+            Matrix const c = random_matrix(rng, m, n);
+            Matrix got = c, direct = c;
+            CpuBackend::gemm(ta, tb, 2.0f, view(a), view(b), beta, view(got));
+            int const parts = CpuBackend::split_parts(m, n, k);
+            bool const trans_a = ta == Transpose::yes, trans_b = tb == Transpose::yes;
+            for (int p = 0; p < parts; ++p) {
+              auto const [first, count] = split_columns(n, parts, p);
+              if (beside && detail::dnnl_avx2_slow_float_product(trans_a, int(a.rows()), k, count)) {
+                ++routed;
+                detail::openblas_float_gemm(trans_a, trans_b, 2.0f, view(a), view(b), beta, view(direct), first, count);
+              } else {
+                detail::dnnl_float_gemm(trans_a, trans_b, 2.0f, view(a), view(b), beta, view(direct), first, count);
+              }
+            }
+            CHECK(got == direct);
+            CHECK(worst_in_bound(got, exact_product(ta, tb, 2.0f, a, b, beta, c), double(k + 2) * float_unit) <= 1.0);
+          }
+  // Where OpenBLAS takes its share, the rule sent it parts of the 1024- and 512-row products.
+  CHECK((routed > 0) == beside);
 }
 #endif
 

@@ -135,10 +135,10 @@ def systems(args):
         binary = str(BUILD / "strata_anchor_dnnl")
         for strategy in ("mirrored2", "one_device", "mirrored2_mixed", "one_device_mixed"):
             table[f"strata_{strategy}_dnnl"] = single([binary, "--strategy", strategy])
-    if (BUILD / "strata_anchor_dnnl_openblas").exists():  # both engines, as the examples link them
-        binary = str(BUILD / "strata_anchor_dnnl_openblas")
-        for strategy in ("mirrored2", "one_device", "mirrored2_mixed", "one_device_mixed"):
-            table[f"strata_{strategy}_dnnl_openblas"] = single([binary, "--strategy", strategy])
+        # oneDNN with OpenBLAS beside it turned off (where strata::dnnl links it: core/dnnl.hpp)
+        for strategy in ("mirrored2", "one_device"):
+            table[f"strata_{strategy}_dnnl_alone"] = single(["env", "STRATA_DNNL_OPENBLAS=0", binary,
+                                                             "--strategy", strategy])
     debian = "/usr/bin/python3"
     if args.debian_torch and subprocess.run([debian, "-c", "import torch"], capture_output=True).returncode == 0:
         label = "PyTorch, Debian python3-torch (reference BLAS), one process"
@@ -152,17 +152,19 @@ def systems(args):
 
 def gemm_rates(python, repetitions):
     """GFLOP/s of the step's eight GEMMs (batch 256; 128 per thread on two), per engine:
-    Eigen, OpenBLAS, oneDNN and both from benchmarks/step_benchmark[_openblas|_dnnl|_dnnl_openblas]
+    Eigen, OpenBLAS and oneDNN from benchmarks/step_benchmark[_openblas|_dnnl] (oneDNN also with
+    OpenBLAS beside it turned off, "oneDNN alone")
     GemmOnly/threads/N, two threads each running one replica's GEMMs (oneDNN also in bf16:
     GemmOnly/bf16/threads/N, "oneDNN bf16/N"), and GemmOnly[/bf16]/intra_op/N, one replica's
     GEMMs split over N threads as OneDevice's ("oneDNN intra-op/N"); from torch, MKL's float
     GEMM and torch's bf16 matmul (oneDNN inside the wheel), one GEMM on N threads."""
     rates = {}
     for engine, binary in (("Eigen", "step_benchmark"), ("OpenBLAS", "step_benchmark_openblas"),
-                           ("oneDNN", "step_benchmark_dnnl"), ("oneDNN and OpenBLAS", "step_benchmark_dnnl_openblas")):
+                           ("oneDNN", "step_benchmark_dnnl"), ("oneDNN alone", "step_benchmark_dnnl")):
         if not (BUILD / binary).exists():
             continue
-        out = subprocess.run([str(BUILD / binary), "--benchmark_filter=GemmOnly",
+        alone = ["env", "STRATA_DNNL_OPENBLAS=0"] if engine == "oneDNN alone" else []  # OpenBLAS beside it off
+        out = subprocess.run([*alone, str(BUILD / binary), "--benchmark_filter=GemmOnly",
                               f"--benchmark_repetitions={repetitions}", "--benchmark_format=json"],
                              capture_output=True, text=True, check=True).stdout
         for b in json.loads(out)["benchmarks"]:
@@ -171,7 +173,7 @@ def gemm_rates(python, repetitions):
             parts = b["name"].split("/")  # GemmOnly[/bf16]/threads|intra_op/N/bf16?/real_time
             bf16 = parts[1] == "bf16"
             split, n = parts[2:4] if bf16 else parts[1:3]
-            if bf16 and engine != "oneDNN":  # elsewhere (and beside OpenBLAS) no new figure: floats, or oneDNN's bf16 again
+            if bf16 and engine != "oneDNN":  # elsewhere (and oneDNN alone) the bf16 variant is no new figure
                 continue
             name = engine + (" bf16" if bf16 else "") + (" intra-op" if split == "intra_op" else "")
             rates.setdefault(f"{name}/{n}", []).append(b["GFLOP_per_second"])
@@ -197,22 +199,16 @@ def print_targets(median, gemm2):
     checks, bounded = [], []
     # The float targets for each engine the build has: on an AVX2-only CPU OpenBLAS can be the
     # faster one (docs/benchmarks.md, "Issue 22's targets on Zen 3").
-    for engine, label in (("dnnl", "oneDNN"), ("openblas", "OpenBLAS"), ("dnnl_openblas", "oneDNN and OpenBLAS")):
+    for engine, label in (("dnnl", "oneDNN"), ("dnnl_alone", "oneDNN alone"), ("openblas", "OpenBLAS")):
         mirrored, one = f"strata_mirrored2_{engine}", f"strata_one_device_{engine}"
         checks += [(f"strata Mirrored<2> fp32 ({label}) / PyTorch fp32", mirrored, "torch", 1.1),
                    (f"strata OneDevice fp32 ({label}) / PyTorch fp32", one, "torch", 1.1),
                    (f"strata OneDevice fp32 ({label}) / Mirrored<2> fp32", one, mirrored, 0.9)]
         bounded.append((f"strata Mirrored<2> fp32 ({label}) / the GEMM bound", mirrored))
-    for engine in ("dnnl", "dnnl_openblas"):
-        suffix = "" if engine == "dnnl" else " (oneDNN and OpenBLAS)"
-        checks += [(f"strata Mirrored<2> mixed / fp32{suffix}", f"strata_mirrored2_mixed_{engine}",
-                    f"strata_mirrored2_{engine}", 1.6),
-                   (f"strata OneDevice mixed / fp32{suffix}", f"strata_one_device_mixed_{engine}",
-                    f"strata_one_device_{engine}", 1.6),
-                   (f"strata Mirrored<2> mixed / PyTorch autocast{suffix}", f"strata_mirrored2_mixed_{engine}",
-                    "torch_autocast", 1.3),
-                   (f"strata OneDevice mixed / PyTorch autocast{suffix}", f"strata_one_device_mixed_{engine}",
-                    "torch_autocast", 1.3)]
+    checks += [("strata Mirrored<2> mixed / fp32", "strata_mirrored2_mixed_dnnl", "strata_mirrored2_dnnl", 1.6),
+               ("strata OneDevice mixed / fp32", "strata_one_device_mixed_dnnl", "strata_one_device_dnnl", 1.6),
+               ("strata Mirrored<2> mixed / PyTorch autocast", "strata_mirrored2_mixed_dnnl", "torch_autocast", 1.3),
+               ("strata OneDevice mixed / PyTorch autocast", "strata_one_device_mixed_dnnl", "torch_autocast", 1.3)]
     lines = [(label, median[a] / median[b], target) for label, a, b, target in checks if a in median and b in median]
     lines += [(label, median[name] / bound, 0.95) for label, name in bounded if name in median]
     if lines:

@@ -39,10 +39,8 @@ constexpr int max_steps = 60000 / batch_size;  // full global batches in the tra
 // `options`: the trainer's constructor arguments.
 template <class Trainer, class... Options>
 void run(std::string system, int epochs, int steps, Options const&... options) {
-#if defined(STRATA_DNNL) && defined(STRATA_OPENBLAS)
-  system += " + oneDNN and OpenBLAS";
-#elif defined(STRATA_DNNL)
-  system += " + oneDNN";
+#if defined(STRATA_DNNL)
+  system += strata::detail::openblas_beside_dnnl() ? " + oneDNN and OpenBLAS" : " + oneDNN";
 #elif defined(STRATA_OPENBLAS)
   system += " + OpenBLAS";
 #else

@@ -2,11 +2,12 @@
 // Which GEMM the CPU backend runs: Eigen's own kernels, OpenBLAS behind Eigen's products
 // when the program links the strata::blas target, or oneDNN when it links strata::dnnl
 // (core/dnnl.hpp). strata::blas defines EIGEN_USE_BLAS and STRATA_OPENBLAS for every
-// translation unit, which Eigen requires.
+// translation unit, which Eigen requires. strata::dnnl links OpenBLAS too where it is
+// found (STRATA_DNNL_OPENBLAS, without EIGEN_USE_BLAS), for the few products it hands it.
 //
 // Replicas are strata's threads, so each GEMM runs on the thread that calls it: OpenBLAS's
 // own thread pool would oversubscribe the cores. strata therefore sets OpenBLAS to one
-// thread, once, before main, in any program that includes it with STRATA_OPENBLAS.
+// thread, once, before main, in any program that links it.
 
 #include <algorithm>
 #include <array>
@@ -14,24 +15,27 @@
 #include <string>
 #include <string_view>
 
-#include "strata/core/eigen.hpp"  // with EIGEN_USE_BLAS, it declares BLAS's sgemm_
 #include "strata/core/tensor.hpp"
 
-#if defined(STRATA_OPENBLAS)
+#if defined(STRATA_OPENBLAS) && !defined(EIGEN_USE_BLAS)
+#error "STRATA_OPENBLAS without EIGEN_USE_BLAS: link the strata::blas target instead of defining it by hand"
+#endif
+#if defined(STRATA_OPENBLAS) || defined(STRATA_DNNL_OPENBLAS)
 extern "C" {
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 char* openblas_get_config(void);
 char* openblas_get_corename(void);
+// BLAS's single-precision GEMM, declared exactly as Eigen's blas.h declares it (under
+// EIGEN_USE_BLAS both declarations are seen).
+int sgemm_(char const*, char const*, int const*, int const*, int const*, float const*, float const*, int const*,
+           float const*, int const*, float const*, float*, int const*);
 }
 #endif
 
 namespace strata {
 
-#if defined(STRATA_OPENBLAS)
-#if !defined(EIGEN_USE_BLAS)
-#error "STRATA_OPENBLAS without EIGEN_USE_BLAS: link the strata::blas target instead of defining it by hand"
-#endif
+#if defined(STRATA_OPENBLAS) || defined(STRATA_DNNL_OPENBLAS)
 namespace detail {
 inline bool const openblas_on_calling_thread = (openblas_set_num_threads(1), true);
 
@@ -68,7 +72,7 @@ inline void openblas_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMa
          (avx512 ? "SkylakeX" : "Haswell") + ", or link strata::dnnl)";
 }
 
-#if defined(STRATA_OPENBLAS)
+#if defined(STRATA_OPENBLAS) || defined(STRATA_DNNL_OPENBLAS)
 // "OpenBLAS 0.3.21, Zen kernels": the version and the kernels picked for this CPU, and a
 // hint where they leave out its AVX2.
 inline std::string openblas_engine() {

@@ -1,8 +1,8 @@
 #pragma once
 // oneDNN as the CPU backend's GEMM engine, in a program that links the strata::dnnl target
 // (it defines STRATA_DNNL). oneDNN is what PyTorch and TensorFlow call for CPU matrix
-// products. Float products run `dnnl_sgemm`, except, where the program links strata::blas
-// too, the few shapes oneDNN's AVX2 kernels run at half speed, which OpenBLAS multiplies
+// products. Float products run `dnnl_sgemm`, except, where strata::dnnl found OpenBLAS, the
+// few shapes oneDNN's AVX2 kernels run at half speed, which OpenBLAS multiplies
 // (detail::float_gemm below). Where a mixed-precision pass has bound bf16
 // products (core/product_precision.hpp) and the CPU has bf16 dot products (AVX512_BF16,
 // AMX), the inputs are rounded to bf16 and multiplied with float sums, about twice the float
@@ -28,7 +28,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -386,24 +388,37 @@ inline void dnnl_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrix
              "dnnl_sgemm");
 }
 
-// Which float products OpenBLAS multiplies in a program that links both engines (strata::dnnl
-// and strata::blas). oneDNN 2.6's AVX2 float GEMM runs at half its rate or less when op(a) is
+// Which float products OpenBLAS multiplies where strata::dnnl links it beside oneDNN. oneDNN 2.6's AVX2 float GEMM runs at half its rate or less when op(a) is
 // a itself, a's columns lie a multiple of 512 floats apart (a.rows = 512, 1024, 1536, ...),
 // the part has at most 256 output columns and the inner dimension is not tiny: 34-67
 // GFLOP/s where 496, 528, 1000 or 1040 rows run at 86-96 on a Zen 3 core. OpenBLAS packs its
 // factors before it multiplies and runs them at 68-91, 1.3-2.3 times oneDNN
 // (docs/benchmarks.md, "Float products on two engines"); elsewhere oneDNN is as fast or
-// faster. These are the forward products of a Dense<_, 512k> layer at a replica's batch.
+// faster. These are the forward products of a Dense<_, 512k> layer at a replica's batch, and
+// its weight gradient where its input has at most 256 features.
 constexpr bool dnnl_avx2_slow_float_product(bool trans_a, int a_rows, int inner, int columns) {
   return !trans_a && a_rows >= 512 && a_rows % 512 == 0 && columns <= 256 && inner >= 64;
 }
 
-// Whether this process hands those products to OpenBLAS: it links OpenBLAS, oneDNN runs its
-// AVX2 float kernels (not AVX-512 ones, which were not measured to slow down so) and
-// OpenBLAS picked kernels with AVX2 (core/blas.hpp). Asked once.
+// STRATA_DNNL_OPENBLAS in the environment: "0" keeps every product on oneDNN (to compare the
+// engines, or to rule OpenBLAS out); unset or "1", OpenBLAS takes the products above where
+// the CPU is one it serves. Anything else is refused, naming the value.
+inline bool openblas_beside_dnnl_wanted(char const* value) {
+  if (value == nullptr || std::string_view(value) == "1") return true;
+  if (std::string_view(value) == "0") return false;
+  throw ConfigError(message("STRATA_DNNL_OPENBLAS=", value,
+                            ": expected 0 (oneDNN multiplies every product) or 1 (OpenBLAS beside it, the default)"));
+}
+
+// Whether this process hands those products to OpenBLAS: strata::dnnl found OpenBLAS, oneDNN
+// runs its AVX2 float kernels, OpenBLAS picked kernels with AVX2 (core/blas.hpp), and
+// STRATA_DNNL_OPENBLAS is not 0. oneDNN's AVX-512 float GEMM keeps everything: on Zen 4 it
+// ran the anchor MLP's products, 1024-row ones included, faster than OpenBLAS
+// (docs/benchmarks.md). Asked once.
 inline bool openblas_beside_dnnl() {
-#if defined(STRATA_OPENBLAS)
-  static bool const beside = (dnnl_isa() & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
+#if defined(STRATA_OPENBLAS) || defined(STRATA_DNNL_OPENBLAS)
+  static bool const beside = openblas_beside_dnnl_wanted(std::getenv("STRATA_DNNL_OPENBLAS")) &&
+                             (dnnl_isa() & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
                              (dnnl_isa() & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core &&
                              openblas_kernel_note(openblas_get_corename(), true, false).empty();
   return beside;
@@ -415,7 +430,7 @@ inline bool openblas_beside_dnnl() {
 // Output columns [first, first + count) of a float product, on the engine that runs it faster here.
 inline void float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrixView a, ConstMatrixView b, float beta,
                        MatrixView c, int first, int count) {
-#if defined(STRATA_OPENBLAS)
+#if defined(STRATA_OPENBLAS) || defined(STRATA_DNNL_OPENBLAS)
   if (openblas_beside_dnnl() && dnnl_avx2_slow_float_product(trans_a, a.rows, trans_a ? a.rows : a.cols, count)) {
     openblas_float_gemm(trans_a, trans_b, alpha, a, b, beta, c, first, count);
     return;
@@ -446,7 +461,7 @@ inline bool bf16_kernel_products() {
 // "oneDNN 2.6.3, avx512_core_bf16 (bf16 products under MixedPrecision, strata's bf16
 // kernel)": the version, the instruction set it runs and what MixedPrecision multiplies, on
 // which engine.
-// Where the program links OpenBLAS too, what it multiplies is added ("; OpenBLAS 0.3.21, Zen
+// Where OpenBLAS is linked beside it, what it multiplies is added ("; OpenBLAS 0.3.21, Zen
 // kernels, for the float products of 512k-row weights"), or that it does nothing here.
 inline std::string cpu_gemm_engine() {
   dnnl_version_t const* v = dnnl_version();
@@ -456,9 +471,11 @@ inline std::string cpu_gemm_engine() {
       (!bf16_products_available() ? " (float products under MixedPrecision: no AVX512_BF16)"
        : bf16_kernel_products()   ? " (bf16 products under MixedPrecision, strata's bf16 kernel)"
                                   : " (bf16 products under MixedPrecision, oneDNN's matmul)");
-#if defined(STRATA_OPENBLAS)
+#if defined(STRATA_OPENBLAS) || defined(STRATA_DNNL_OPENBLAS)
   return dnnl + (detail::openblas_beside_dnnl()
                      ? "; " + openblas_engine() + ", for the float products of 512k-row weights"
+                 : !detail::openblas_beside_dnnl_wanted(std::getenv("STRATA_DNNL_OPENBLAS"))
+                     ? "; OpenBLAS beside it turned off (STRATA_DNNL_OPENBLAS=0)"
                      : "; OpenBLAS linked, unused on this CPU");
 #else
   return dnnl;
