@@ -539,9 +539,13 @@ TEST_CASE("bf16: ParameterServer workers on bf16 products train what OneDevice t
 
 #if defined(STRATA_DNNL_OPENBLAS)
 TEST_CASE("beside oneDNN, OpenBLAS multiplies the float products oneDNN's AVX2 kernels run slowly, and no others") {
-  // The rule: a itself (not transposed), rows a multiple of 512, at most 256 output columns, inner >= 64.
+  // The rule: a itself (not transposed), rows a multiple of 512, at most 256 output columns
+  // (512 where a has 512 rows), inner >= 64.
   CHECK(detail::dnnl_avx2_slow_float_product(false, 1024, 784, 128));  // the anchor MLP's first forward
   CHECK(detail::dnnl_avx2_slow_float_product(false, 512, 64, 256));
+  CHECK(detail::dnnl_avx2_slow_float_product(false, 512, 1024, 512));
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 512, 1024, 513));
+  CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 1024, 1024, 384));
   CHECK(detail::dnnl_avx2_slow_float_product(false, 1536, 512, 1));
   CHECK_FALSE(detail::dnnl_avx2_slow_float_product(true, 1024, 1024, 128));  // an input gradient
   CHECK_FALSE(detail::dnnl_avx2_slow_float_product(false, 1000, 784, 128));  // 1,000 rows run at full speed
@@ -579,8 +583,8 @@ TEST_CASE("beside oneDNN, OpenBLAS multiplies the float products oneDNN's AVX2 k
     for (auto ta : {Transpose::no, Transpose::yes})
       for (auto tb : {Transpose::no, Transpose::yes})
         for (float beta : {0.0f, 0.5f})
-          for (auto [m, n, k] : {std::array{1024, 96, 200}, std::array{512, 512, 64}, std::array{1000, 96, 200},
-                                 std::array{1024, 96, 40}}) {
+          for (auto [m, n, k] : {std::array{1024, 96, 200}, std::array{512, 512, 64}, std::array{512, 384, 100},
+                                 std::array{1000, 96, 200}, std::array{1024, 96, 40}}) {
             IntraOpBinding const binding(bound);
             Matrix const a = ta == Transpose::no ? random_matrix(rng, m, k) : random_matrix(rng, k, m);
             Matrix const b = tb == Transpose::no ? random_matrix(rng, k, n) : random_matrix(rng, n, k);

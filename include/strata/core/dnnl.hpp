@@ -388,16 +388,18 @@ inline void dnnl_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrix
              "dnnl_sgemm");
 }
 
-// Which float products OpenBLAS multiplies where strata::dnnl links it beside oneDNN. oneDNN 2.6's AVX2 float GEMM runs at half its rate or less when op(a) is
-// a itself, a's columns lie a multiple of 512 floats apart (a.rows = 512, 1024, 1536, ...),
-// the part has at most 256 output columns and the inner dimension is not tiny: 34-67
-// GFLOP/s where 496, 528, 1000 or 1040 rows run at 86-96 on a Zen 3 core. OpenBLAS packs its
-// factors before it multiplies and runs them at 68-91, 1.3-2.3 times oneDNN
-// (docs/benchmarks.md, "Float products on two engines"); elsewhere oneDNN is as fast or
-// faster. These are the forward products of a Dense<_, 512k> layer at a replica's batch, and
-// its weight gradient where its input has at most 256 features.
+// Which float products OpenBLAS multiplies where strata::dnnl links it beside oneDNN.
+// oneDNN 2.6's AVX2 float GEMM runs at half its rate or less when op(a) is a itself, a's
+// columns lie a multiple of 512 floats apart (a.rows = 512, 1024, 1536, ...), the part has
+// few output columns (at most 256; at most 512 where a has 512 rows) and the inner dimension
+// is not tiny: 34-67 GFLOP/s where 496, 528, 1000 or 1040 rows run at 86-96 on a Zen 3 core.
+// OpenBLAS packs its factors before it multiplies and runs them at 68-91, 1.1-2.4 times
+// oneDNN (docs/benchmarks.md, "Float products on two engines"); elsewhere oneDNN is as fast
+// or faster. These are the forward products of a Dense<_, 512k> layer at a replica's batch,
+// and its weight gradient where its input has few features.
 constexpr bool dnnl_avx2_slow_float_product(bool trans_a, int a_rows, int inner, int columns) {
-  return !trans_a && a_rows >= 512 && a_rows % 512 == 0 && columns <= 256 && inner >= 64;
+  int const few_columns = a_rows == 512 ? 512 : 256;
+  return !trans_a && a_rows >= 512 && a_rows % 512 == 0 && columns <= few_columns && inner >= 64;
 }
 
 // STRATA_DNNL_OPENBLAS in the environment: "0" keeps every product on oneDNN (to compare the
