@@ -85,8 +85,8 @@ inline std::string openblas_engine() {
 #endif
 
 #if defined(STRATA_DNNL)
-// oneDNN runs the products (with OpenBLAS beside it where both are linked): core/dnnl.hpp
-// defines cpu_gemm_engine().
+// oneDNN runs the products (with OpenBLAS beside it where strata::dnnl found it):
+// core/dnnl.hpp defines cpu_gemm_engine().
 #elif defined(STRATA_OPENBLAS)
 inline std::string cpu_gemm_engine() { return openblas_engine(); }
 #elif defined(EIGEN_USE_BLAS)

@@ -393,7 +393,7 @@ inline void dnnl_float_gemm(bool trans_a, bool trans_b, float alpha, ConstMatrix
 // columns lie a multiple of 512 floats apart (a.rows = 512, 1024, 1536, ...), the part has
 // few output columns (at most 256; at most 512 where a has 512 rows) and the inner dimension
 // is not tiny: 34-67 GFLOP/s where 496, 528, 1000 or 1040 rows run at 86-96 on a Zen 3 core.
-// OpenBLAS packs its factors before it multiplies and runs them at 68-91, 1.1-2.4 times
+// OpenBLAS packs its factors before it multiplies and runs them at 68-91, 1.1-2.6 times
 // oneDNN (docs/benchmarks.md, "Float products on two engines"); elsewhere oneDNN is as fast
 // or faster. These are the forward products of a Dense<_, 512k> layer at a replica's batch,
 // and its weight gradient where its input has few features.
