@@ -81,6 +81,36 @@ TEST_CASE("aligned arrays are zeroed and aligned; from 2 MiB they start on a hug
 #endif
 }
 
+#if defined(__linux__)
+// How many of the 4 KiB pages of [data, data + bytes) are in memory (mincore).
+std::size_t resident_pages(void const* data, std::size_t bytes) {
+  std::size_t const pages = (bytes + 4095) / 4096;
+  std::vector<unsigned char> in_memory(pages);
+  REQUIRE(::mincore(const_cast<void*>(data), pages * 4096, in_memory.data()) == 0);
+  return std::size_t(std::count_if(in_memory.begin(), in_memory.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+#endif
+
+TEST_CASE("a large aligned array costs memory only where it is written") {
+#if defined(__linux__)
+  std::size_t const floats = (std::size_t(16) << 20) / sizeof(float);  // 16 MiB: eight huge pages
+  if (!detail::mapped(floats * sizeof(float))) {
+    MESSAGE("skipped: arrays come from operator new (AddressSanitizer watches them)");
+    return;
+  }
+  AlignedBuffer array(floats);
+  CHECK(resident_pages(array.data(), floats * sizeof(float)) == 0);  // nothing written at construction
+  array.data()[floats / 2] = 1.0f;                                     // one float in the fifth huge page
+  std::size_t const resident = resident_pages(array.data(), floats * sizeof(float));
+  CHECK(resident >= 1);
+  CHECK(resident <= 512);  // that page: 4 KiB, or 2 MiB where the kernel gave a huge page
+  CHECK(array.data()[floats / 2 - 1] == 0.0f);
+  CHECK(array.data()[floats - 1] == 0.0f);
+#else
+  MESSAGE("skipped: not Linux");
+#endif
+}
+
 TEST_CASE("counter-based randomness depends only on its inputs") {
   CHECK(mix64(1, 2) == mix64(1, 2));
   CHECK(mix64(1, 2) != mix64(2, 1));

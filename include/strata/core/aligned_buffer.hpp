@@ -8,9 +8,15 @@
 // training step streams through several such arrays, each millions of floats; with 4 KiB
 // pages every 4 KiB crossed is a TLB miss, with huge pages every 2 MiB. The cost is at most
 // one partly used huge page per array.
+//
+// On Linux such an array is a mapping of its own (mmap), whose pages the kernel hands out
+// zeroed on first write: nothing is written at construction, and a page never written costs
+// no memory. (The float copy of the weights that only name a bf16 copy, train/replica_pass.hpp,
+// is never written.) Under AddressSanitizer they come from operator new, so that it watches them.
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -19,6 +25,14 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define STRATA_DETAIL_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STRATA_DETAIL_ADDRESS_SANITIZER 1
+#endif
 #endif
 
 namespace strata {
@@ -42,17 +56,56 @@ constexpr Placement placement_of(std::size_t bytes) {
   return {huge_page_bytes, (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes};
 }
 
+// Whether an array of `bytes` is a mapping of its own (above), given back with munmap.
+constexpr bool mapped(std::size_t bytes) {
+#if defined(__linux__) && !defined(STRATA_DETAIL_ADDRESS_SANITIZER)
+  return placement_of(bytes).alignment == huge_page_bytes;
+#else
+  (void)bytes;
+  return false;
+#endif
+}
+
 // `bytes` of zeros at placement_of(bytes), in huge pages where the array is large enough.
 inline void* allocate_zeroed(std::size_t bytes) {
   Placement const p = placement_of(bytes);
+#if defined(__linux__)
+  if (mapped(bytes)) {
+    // Map 2 MiB more than needed, then give back what lies before the first 2 MiB boundary
+    // and after the array.
+    std::size_t const span = p.reserved + huge_page_bytes;
+    void* const memory = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+    auto const base = reinterpret_cast<std::uintptr_t>(memory);
+    std::uintptr_t const start = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+    if (start > base) ::munmap(memory, start - base);
+    if (std::size_t const tail = base + span - (start + p.reserved); tail > 0)
+      ::munmap(reinterpret_cast<void*>(start + p.reserved), tail);
+#if defined(MADV_HUGEPAGE)
+    // A refusal (huge pages disabled) leaves ordinary pages: the same array, only slower.
+    (void)::madvise(reinterpret_cast<void*>(start), p.reserved, MADV_HUGEPAGE);
+#endif
+    return reinterpret_cast<void*>(start);
+  }
+#endif
   void* const memory = ::operator new(p.reserved, std::align_val_t{p.alignment});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  // Before the first touch, so the zeroing below faults huge pages in. A refusal (huge
-  // pages disabled) leaves ordinary pages: the same array, only slower.
+  // Before the first touch, so the zeroing below faults huge pages in.
   if (p.alignment == huge_page_bytes) (void)::madvise(memory, p.reserved, MADV_HUGEPAGE);
 #endif
   std::memset(memory, 0, bytes);
   return memory;
+}
+
+inline void free_zeroed(void* memory, std::size_t bytes) {
+  Placement const p = placement_of(bytes);
+#if defined(__linux__)
+  if (mapped(bytes)) {
+    ::munmap(memory, p.reserved);
+    return;
+  }
+#endif
+  ::operator delete(memory, std::align_val_t{p.alignment});
 }
 
 }  // namespace detail
@@ -84,9 +137,7 @@ class AlignedArray {
  private:
   struct Free {
     std::size_t bytes;  // what was asked for: it gives the placement back
-    void operator()(T* p) const {
-      ::operator delete(static_cast<void*>(p), std::align_val_t{detail::placement_of(bytes).alignment});
-    }
+    void operator()(T* p) const { detail::free_zeroed(static_cast<void*>(p), bytes); }
   };
   std::unique_ptr<T, Free> data_{nullptr, Free{0}};
   std::size_t size_ = 0;
