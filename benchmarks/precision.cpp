@@ -53,18 +53,18 @@ std::size_t allocated_bytes() {
 template <class T>
 void activations(benchmark::State& state) {
   constexpr int batch = 1024;
-  std::size_t reported = 0, total = 0, heap = 0;
+  std::size_t reported = 0, total = 0, allocated = 0;
   for (auto _ : state) {
     std::size_t const before = allocated_bytes();
     Model::Workspace<strata::CpuBackend, T> workspace(batch);
-    heap = allocated_bytes() - before;
+    allocated = allocated_bytes() - before;
     reported = workspace.activation_bytes();
     total = workspace.bytes();
     benchmark::DoNotOptimize(workspace);
   }
   state.counters["activation_MB"] = double(reported) * 1e-6;
   state.counters["workspace_MB"] = double(total) * 1e-6;
-  state.counters["allocated_MB"] = double(heap) * 1e-6;
+  state.counters["allocated_MB"] = double(allocated) * 1e-6;
 }
 BENCHMARK_TEMPLATE(activations, float)->Name("Activations/fp32/batch1024");
 BENCHMARK_TEMPLATE(activations, strata::bf16)->Name("Activations/bf16/batch1024");
