@@ -5,6 +5,9 @@
 //   Trainer/OneDevice/intra_op_1   the same on the replica's thread alone (intra_op_threads = 1)
 //   HandWritten/Eigen   the same arithmetic written by hand with Eigen (the zero-overhead yardstick)
 //   Trainer/Mirrored2   strata's step on two replica threads
+//   Trainer/Mirrored2/one_barrier   the same with the update behind one barrier after backward,
+//                       as before the replicas took the update's chunks layer by layer as every
+//                       replica finished them (train/gradient_sync.hpp, ThreadSync): what that saves
 //   .../MixedPrecision  the same under MixedPrecision (bf16 products with oneDNN on AVX512_BF16)
 //   GemmOnly/threads/N  only the GEMMs of one replica's step at batch 256/N, on N threads at once:
 //                       the machine's GEMM rate for exactly this step's shapes (GemmOnly/bf16: in bf16,
@@ -38,9 +41,36 @@ void trainer_step(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(runner.train_on_batch(batch));
   report(state, batch_size);
 }
+// Every replica's gradients summed in place as ThreadSync does, but each replica's update of
+// its own half starts only when all have finished backward.
+template <int Replicas>
+class OneBarrierSync : public strata::train::ReplicaArenas<Replicas> {
+ public:
+  OneBarrierSync(strata::comm::ThreadGroup& group, std::span<float> gradients, std::span<std::size_t const>)
+      : strata::train::ReplicaArenas<Replicas>(group, gradients) {}
+  void begin_reduction(bool) {}
+  void layer_done(int, std::size_t) {}
+  void gradients_ready(int r) { this->barrier(r); }
+  [[nodiscard]] std::span<float const* const> summands(int) const { return this->gradients_; }
+  [[nodiscard]] static constexpr int num_replicas_in_sync() { return Replicas; }
+};
+
+template <class Trainer>
+void one_barrier_step(benchmark::State& state) {
+  using Config = typename Trainer::config;
+  Model model(1);
+  Trainer trainer;
+  strata::train::StepRunner<Config, Model, strata::Sgd, strata::SoftmaxCrossEntropy, OneBarrierSync<Config::num_replicas>>
+      runner(trainer.strategy(), model, optimizer, {}, batch_size, 0);
+  auto const& batch = real_batch();
+  for (auto _ : state) benchmark::DoNotOptimize(runner.train_on_batch(batch));
+  report(state, batch_size);
+}
+
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>)->Name("Trainer/OneDevice")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>, 1)->Name("Trainer/OneDevice/intra_op_1")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2")->UseRealTime();
+BENCHMARK_TEMPLATE(one_barrier_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2/one_barrier")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice, strata::MixedPrecision>)
     ->Name("Trainer/OneDevice/MixedPrecision")
     ->UseRealTime();

@@ -1,8 +1,10 @@
 // The custom-loop API: shards, run, reduce, gather, all_reduce, failures that do not hang.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -257,4 +259,99 @@ TEST_CASE("BucketedAllReduce: a peer that never reduces ends finish() in a CommE
     sync.finish();
   };
   CHECK_THROWS_WITH_AS(group.run(task), doctest::Contains("never arrived: 1"), CommError);
+}
+
+namespace {
+// Waits up to `limit` for `flag`; false if it never came.
+bool wait_for_flag(std::atomic<bool> const& flag, std::chrono::seconds limit) {
+  auto const deadline = std::chrono::steady_clock::now() + limit;
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("ThreadSync: the update waits only for the layers it reads, once every replica has finished them") {
+  std::size_t const offsets[] = {0, 100, 100, 164, 500};  // four layers; layer 1 has no parameters
+  comm::ThreadGroup group(2, std::chrono::seconds(20));
+  AlignedBuffer grads(500);
+  train::ThreadSync<2> sync(group, grads.span(), offsets);
+  for (int round = 0; round < 3; ++round) {
+    sync.begin_reduction(true);
+    std::atomic<bool> read_late_layers{false}, read_first_layer{false};
+    bool saw_early_read = false, first_layer_waited = false;
+    std::array<std::size_t, 2> claims{};
+    auto task = [&](int r) {
+      if (r == 1) {  // the slow replica: backward has passed layers 3, 2 and 1, not 0
+        for (std::size_t layer : {3, 2, 1}) sync.layer_done(1, layer);
+        saw_early_read = wait_for_flag(read_late_layers, std::chrono::seconds(10));
+        first_layer_waited = !read_first_layer.load();  // replica 0 cannot have read layer 0 yet
+        sync.layer_done(1, 0);
+        sync.gradients_ready(1);
+        claims[1] = sync.claim(3);
+        return;
+      }
+      sync.gradients_ready(0);       // replica 0's backward is over
+      sync.wait_final(0, 100, 500);  // layers 1 to 3: final on both replicas
+      read_late_layers = true;
+      sync.wait_final(0, 0, 500);    // layer 0 as well: only after replica 1 finished it
+      read_first_layer = true;
+      claims[0] = sync.claim(3);
+    };
+    group.run(task);
+    CHECK(saw_early_read);
+    CHECK(first_layer_waited);
+    CHECK(std::min(claims[0], claims[1]) == 0);  // shared work counts from 0 every step
+    CHECK(std::max(claims[0], claims[1]) == 3);
+  }
+  // Layer offsets that do not cover the arena are refused.
+  std::size_t const short_offsets[] = {0, 100, 400};
+  CHECK_THROWS_WITH_AS(train::ThreadSync<2>(group, grads.span(), short_offsets),
+                       doctest::Contains("the layer offsets must rise from 0 to the arena's 500 floats"), ConfigError);
+}
+
+TEST_CASE("ThreadSync: a replica that never finishes backward ends the wait in a CommError naming it; a failure ends it at once") {
+  std::size_t const offsets[] = {0, 100, 500};
+  comm::ThreadGroup group(2, std::chrono::milliseconds(200));
+  AlignedBuffer grads(500);
+  train::ThreadSync<2> sync(group, grads.span(), offsets);
+  sync.begin_reduction(true);
+  auto stalled = [&](int r) {
+    if (r == 1) {
+      sync.layer_done(1, 1);
+      return;  // never passes layer 0
+    }
+    sync.gradients_ready(0);
+    sync.wait_final(0, 100, 500);
+    sync.wait_final(0, 0, 500);
+  };
+  CHECK_THROWS_WITH_AS(group.run(stalled),
+                       "ThreadSync: replica 0 waited 200 ms for the gradients of layer 0 from replica(s) 1, which did "
+                       "not finish backward; raise the strategy's timeout if a step may take that long",
+                       CommError);
+
+  // A replica that fails wakes the one waiting for its layers long before the timeout.
+  comm::ThreadGroup patient(2, std::chrono::seconds(60));
+  train::ThreadSync<2> waiting(patient, grads.span(), offsets);
+  waiting.begin_reduction(true);
+  auto failing = [&](int r) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      throw std::runtime_error("replica 1 failed in backward");
+    }
+    waiting.gradients_ready(0);
+    waiting.wait_final(0, 0, 500);
+  };
+  auto const begin = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(patient.run(failing), "replica 1 failed in backward");
+  CHECK(std::chrono::steady_clock::now() - begin < std::chrono::seconds(10));
+  // The next step of the same group and sync runs.
+  waiting.begin_reduction(true);
+  auto whole = [&](int r) {
+    waiting.gradients_ready(r);
+    waiting.wait_final(r, 0, 500);
+  };
+  CHECK_NOTHROW(patient.run(whole));
 }

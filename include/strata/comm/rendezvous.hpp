@@ -120,6 +120,10 @@ class Rendezvous {
       }
   }
   [[nodiscard]] bool aborted() const { return state_->word.load(std::memory_order_acquire) & aborted_bit; }
+  // Throws GroupAborted, naming the cause, when the group was aborted.
+  void throw_if_aborted() {
+    if (aborted()) throw_aborted();
+  }
 
   // Makes an aborted rendezvous usable again. Only while no rank is inside a collective.
   void reset() {

@@ -11,7 +11,8 @@
 //   gradients(r)            the arena backward writes (replica 0's is the model's own)
 //   layer_done(r, layer)    backward finished `layer`'s gradients: a bucket may start
 //   gradients_ready(r)      after backward of the group's last micro-batch: returns when
-//                           summands() hold every replica's contribution
+//                           summands() hold every replica's contribution (ThreadSync: at
+//                           once; the update then waits per layer with wait_final)
 //   summands(r)             the host arenas whose sum, in order, is every replica's gradient
 //                           (SliceUpdate reads s * their sum, in its update or into a buffer)
 //   sum(r, share)           the sum of one double per local replica, in replica order, the
@@ -24,8 +25,10 @@
 //   device_of(r)            the device (GPU) replica r computes on
 //   num_replicas_in_sync()  replicas of the whole job: local ones × processes (run time)
 //
-// ThreadSync serves OneDevice and Mirrored<N> on the CPU: no copy and no collective, the
-// owner sums its slice of every replica's arena in replica order while it is in cache.
+// ThreadSync serves OneDevice, Mirrored<N> and CentralStorage<N> on the CPU: no copy, no
+// collective and no barrier; each chunk of the update sums every replica's arena in replica
+// order while it is in cache, taken by whichever replica is free once every replica's
+// backward has passed its layer (wait_final, claim).
 // CommunicatorSync<Comm> serves any Communicator (threads, MPI, the Hierarchical of both):
 // the gradients are all-reduced in BucketBytes<B> buckets, each started as soon as backward
 // completes it (the overlap of PyTorch DDP and Horovod), on a communication thread; under
@@ -33,18 +36,24 @@
 // DeviceSync<N> (train/gradient_sync_cuda.hpp) serves them on Cuda: the replicas' arenas in
 // device memory, summed by a kernel on one GPU or reduce-scattered over NCCL across GPUs.
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "strata/comm/buckets.hpp"
 #include "strata/comm/communicator.hpp"
 #include "strata/comm/reduce_op.hpp"
+#include "strata/comm/rendezvous.hpp"
 #include "strata/comm/thread_group.hpp"
+#include "strata/comm/wait.hpp"
 #include "strata/core/aligned_buffer.hpp"
 #include "strata/core/error.hpp"
 #include "strata/policy/communication.hpp"
@@ -118,20 +127,113 @@ class ReplicaArenas : public ReplicaBarrier<Replicas> {
   std::array<AlignedBuffer, local_replicas> owned_;  // [0] unused: replica 0 writes the model's
 };
 
-// OneDevice and Mirrored<N> on the CPU: the owner of a slice reads every replica's arena.
+// OneDevice, Mirrored<N> and CentralStorage<N> on the CPU: the update reads every replica's
+// arena in place, and there is no barrier. A layer's gradients are final once every replica's
+// backward has passed it (layer_done, from the last layer to the first), so the update waits
+// only for the layers it reads (wait_final), and a replica whose backward ends first updates
+// the layers the others have finished while they compute the rest, instead of waiting for
+// them. The update's chunks go to whichever replica is free (claim), the last layer's first.
+// Who updates a weight does not change its bits: each is summed in replica order.
 template <int Replicas>
 class ThreadSync : public ReplicaArenas<Replicas> {
   using base = ReplicaArenas<Replicas>;
 
  public:
-  ThreadSync(comm::ThreadGroup& group, std::span<float> model_gradients, std::span<std::size_t const> /*layer_offsets*/)
-      : base(group, model_gradients) {}
+  ThreadSync(comm::ThreadGroup& group, std::span<float> model_gradients, std::span<std::size_t const> layer_offsets)
+      : base(group, model_gradients), offsets_(layer_offsets.begin(), layer_offsets.end()) {
+    if (offsets_.size() < 2 || offsets_.front() != 0 || offsets_.back() != this->arena_ ||
+        !std::is_sorted(offsets_.begin(), offsets_.end()))
+      throw ConfigError(strata::detail::message("ThreadSync: the layer offsets must rise from 0 to the arena's ",
+                                                this->arena_, " floats; got ", offsets_.size(), " offsets"));
+    finals_ = std::make_unique<OnCacheLine<std::atomic<std::uint32_t>>[]>(layers());
+    marked_ = std::make_unique<std::atomic<bool>[]>(layers() * Replicas);
+  }
 
-  void begin_reduction(bool) {}
-  void layer_done(int, std::size_t) {}
-  void gradients_ready(int r) { this->barrier(r); }  // every replica's arena is complete
+  // Called on the training loop before every micro-batch (and before a flush), while no
+  // replica runs: only the group's last micro-batch marks layers final.
+  void begin_reduction(bool reducing) {
+    reducing_ = reducing;
+    for (std::size_t l = 0; l < layers(); ++l) finals_[l].value.store(0, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < layers() * Replicas; ++i) marked_[i].store(false, std::memory_order_relaxed);
+    claimed_.value.store(0, std::memory_order_relaxed);
+    for (auto& w : waited_) w.value = 0;
+  }
+  void layer_done(int r, std::size_t layer) {
+    if (reducing_) mark(r, layer);
+  }
+  // Replica r's backward is over: every layer of its arena is final (a partial group flushed
+  // at the end of an epoch marks them all here). Returns at once; the update waits per layer.
+  void gradients_ready(int r) {
+    for (std::size_t l = layers(); l-- > 0;) mark(r, l);
+  }
+  // Returns when every replica's gradients over arena floats [begin, end) are final. Throws
+  // GroupAborted when another replica failed, CommError after the group's timeout.
+  void wait_final(int r, std::size_t begin, std::size_t end) {
+    if (begin >= end) return;
+    for (std::size_t l = layer_of(end - 1) + 1; l-- > layer_of(begin);) wait_layer(r, l);
+  }
+  // The first of the next `units` units of the update's shared work (counted from 0 each step).
+  [[nodiscard]] std::size_t claim(std::size_t units) {
+    return claimed_.value.fetch_add(units, std::memory_order_relaxed);
+  }
+  // How long replica r's update has waited for other replicas' layers this step (ns).
+  [[nodiscard]] std::int64_t waited_ns(int r) const { return waited_[std::size_t(r)].value; }
+
   [[nodiscard]] std::span<float const* const> summands(int) const { return this->gradients_; }
   [[nodiscard]] static constexpr int num_replicas_in_sync() { return base::local_replicas; }
+
+ private:
+  [[nodiscard]] std::size_t layers() const { return offsets_.size() - 1; }
+  [[nodiscard]] std::size_t layer_of(std::size_t at) const {
+    return std::size_t(std::upper_bound(offsets_.begin(), offsets_.end(), at) - offsets_.begin()) - 1;
+  }
+
+  void mark(int r, std::size_t layer) {
+    std::atomic<bool>& marked = marked_[std::size_t(r) * layers() + layer];  // written by replica r only
+    if (marked.load(std::memory_order_relaxed)) return;
+    marked.store(true, std::memory_order_relaxed);
+    auto& word = finals_[layer].value;
+    bool const last = word.fetch_add(1, std::memory_order_acq_rel) + 1 == std::uint32_t(Replicas);
+    if (Replicas > 1 && last) comm::detail::wake_all(word);  // one replica never waits
+  }
+
+  void wait_layer(int r, std::size_t layer) {
+    auto& word = finals_[layer].value;
+    auto final = [](std::uint32_t marks) { return marks == std::uint32_t(Replicas); };
+    if (final(word.load(std::memory_order_acquire))) return;
+    comm::Rendezvous& rendezvous = this->group_->rendezvous();
+    auto const begin = comm::detail::Clock::now();
+    auto const deadline = begin + rendezvous.timeout();
+    // Sleeps in slices of a millisecond, so that an abort (which wakes only its own word) is seen.
+    for (;;) {
+      auto const slice = std::min(deadline, comm::detail::Clock::now() + std::chrono::milliseconds(1));
+      if (comm::detail::wait_for(word, final, slice, comm::detail::spin_budget(Replicas))) break;
+      rendezvous.throw_if_aborted();
+      if (comm::detail::Clock::now() >= deadline) time_out(r, layer);
+    }
+    auto const waited = comm::detail::Clock::now() - begin;
+    waited_[std::size_t(r)].value += std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
+  }
+
+  [[noreturn]] void time_out(int r, std::size_t layer) {
+    std::string late;
+    for (int q = 0; q < Replicas; ++q)
+      if (!marked_[std::size_t(q) * layers() + layer].load(std::memory_order_relaxed))
+        late += (late.empty() ? "" : ", ") + std::to_string(q);
+    std::string const message = strata::detail::message(
+        "ThreadSync: replica ", r, " waited ", this->group_->rendezvous().timeout().count(),
+        " ms for the gradients of layer ", layer, " from replica(s) ", late,
+        ", which did not finish backward; raise the strategy's timeout if a step may take that long");
+    this->group_->rendezvous().abort(message);
+    throw CommError(message);
+  }
+
+  std::vector<std::size_t> offsets_;  // layer l's gradients are arena floats [offsets_[l], offsets_[l + 1])
+  std::unique_ptr<OnCacheLine<std::atomic<std::uint32_t>>[]> finals_;  // per layer: replicas that finished it
+  std::unique_ptr<std::atomic<bool>[]> marked_;  // [replica * layers + layer]: that replica finished it
+  OnCacheLine<std::atomic<std::size_t>> claimed_;
+  std::array<OnCacheLine<std::int64_t>, Replicas> waited_{};
+  bool reducing_ = true;
 };
 
 // Any Communicator: replica r's arena is all-reduced over `make_communicator(r)` (rank r of

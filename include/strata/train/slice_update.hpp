@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -97,20 +98,14 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     std::size_t const arena = weights.size();
     for (int r = 0; r < Replicas; ++r) {
       pieces_[std::size_t(r)] = plan_pieces(tensors, sync.slice(r), optimizer_);
-      for (std::size_t p = 0; p < pieces_[std::size_t(r)].size(); ++p) {
-        Piece const& piece = pieces_[std::size_t(r)][p];
+      chunks_[std::size_t(r)] = plan_chunks(tensors, pieces_[std::size_t(r)]);
+      for (Piece const& piece : pieces_[std::size_t(r)])
         slice_floats_[std::size_t(r)] += std::int64_t(piece.end - piece.begin);
-        // Chunks start at multiples of chunk_floats into their tensor, wherever the slice
-        // starts: whole pairs of a matrix's columns, which the refresh of a packed copy
-        // writes fastest (ReplicaWeights).
-        std::size_t const origin = tensors[piece.tensor].offset;
-        for (std::size_t begin = piece.begin; begin < piece.end;) {
-          std::size_t const end = std::min(piece.end, origin + ((begin - origin) / chunk_floats + 1) * chunk_floats);
-          chunks_[std::size_t(r)].push_back({begin, end - begin, p});
-          begin = end;
-        }
-      }
       if constexpr (layerwise) tensor_shares_[std::size_t(r)].resize(tensors.size());
+    }
+    if constexpr (Replicas > 1 && claims_chunks<Sync>) {
+      all_pieces_ = plan_pieces(tensors, comm::Slice{0, arena}, optimizer_);
+      all_chunks_ = plan_chunks(tensors, all_pieces_);
     }
     if (whole_gradient_first_) reduced_ = AlignedBuffer(arena);
   }
@@ -140,6 +135,14 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   [[nodiscard]] typename Opt::State const& state() const { return state_; }
 
  private:
+  // A sync whose replicas' gradients become final layer by layer, and which deals out shared
+  // work (ThreadSync): the replicas take the update's chunks as they come free.
+  template <class Sync>
+  static constexpr bool claims_chunks = requires(Sync& sync, std::size_t n) {
+    { sync.claim(n) } -> std::same_as<std::size_t>;
+    sync.wait_final(0, n, n);
+  };
+
   template <class Sync, class Decide>
   std::int64_t update(int r, Sync& sync, float scale, std::int64_t step, Decide&& decide) {
     float* const weights = weights_;
@@ -147,6 +150,12 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     auto info = [&](Piece const& piece) { return optim::StepInfo{step, 1.0f, piece.decay}; };
     auto slice_of = [&](std::size_t begin, std::size_t count) { return std::span<float>(weights + begin, count); };
     auto const summands = sync.summands(r);
+    if constexpr (Replicas > 1 && claims_chunks<Sync>)
+      if (!whole_gradient_first_) return update_claimed(r, sync, summands, scale, step);
+    if constexpr (requires { sync.wait_final(r, std::size_t{}, std::size_t{}); }) {
+      comm::Slice const mine = sync.slice(r);
+      sync.wait_final(r, mine.begin, mine.end);  // what this replica's slice reads is final everywhere
+    }
     if (!whole_gradient_first_) {  // fused: sum, update and refresh what forward reads, a chunk at a time
       for_each_chunk_split(r, [&](int, std::size_t begin, std::size_t count, Piece const& piece) {
         update_summed(summands, scale, begin, count, info(piece));
@@ -190,6 +199,33 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
       });
     }
     return reduced_floats;
+  }
+
+  // The fused update with the chunks shared out: replica r claims blocks of them, from the
+  // arena's end (the last layer, which backward finishes first) to its start, waits until
+  // every replica's gradients over a block are final, and updates it (split over its intra-op
+  // threads). Returns the gradient floats it reduced.
+  template <class Sync>
+  std::int64_t update_claimed(int r, Sync& sync, std::span<float const* const> summands, float scale,
+                              std::int64_t step) {
+    IntraOpTeam const* const team = intra_op_team();
+    std::size_t const block = std::size_t(min_chunks_per_part) * std::size_t(team ? std::max(1, team->threads) : 1);
+    std::size_t const total = all_chunks_.size();
+    std::int64_t floats = 0;
+    for (std::size_t taken; (taken = sync.claim(block)) < total;) {
+      std::size_t const last = total - taken, first = last - std::min(block, last);  // chunks [first, last)
+      Chunk const& end = all_chunks_[last - 1];
+      sync.wait_final(r, all_chunks_[first].begin, end.begin + end.count);
+      run_split(int(last - first), min_chunks_per_part, [&](int from, int count) {
+        for (std::size_t i = first + std::size_t(from); i < first + std::size_t(from + count); ++i) {
+          Chunk const& c = all_chunks_[i];
+          update_summed(summands, scale, c.begin, c.count, optim::StepInfo{step, 1.0f, all_pieces_[c.piece].decay});
+          forward_.refresh(c.begin, c.begin + c.count);
+        }
+      });
+      for (std::size_t i = first; i < last; ++i) floats += std::int64_t(all_chunks_[i].count);
+    }
+    return floats;
   }
 
   // out[0, count) = scale * (the sum of the summands over [begin, begin + count)).
@@ -244,8 +280,25 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
 
   struct Chunk {
     std::size_t begin = 0, count = 0;
-    std::size_t piece = 0;  // its index in pieces_[r]
+    std::size_t piece = 0;  // its index in the pieces it was cut from
   };
+  // `pieces` cut into chunks of at most chunk_floats. Chunks start at multiples of chunk_floats
+  // into their tensor, wherever the pieces start: whole pairs of a matrix's columns, which the
+  // refresh of a packed copy writes fastest (ReplicaWeights).
+  static std::vector<Chunk> plan_chunks(std::vector<nn::ParameterTensor> const& tensors,
+                                        std::vector<Piece> const& pieces) {
+    std::vector<Chunk> chunks;
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      Piece const& piece = pieces[p];
+      std::size_t const origin = tensors[piece.tensor].offset;
+      for (std::size_t begin = piece.begin; begin < piece.end;) {
+        std::size_t const end = std::min(piece.end, origin + ((begin - origin) / chunk_floats + 1) * chunk_floats);
+        chunks.push_back({begin, end - begin, p});
+        begin = end;
+      }
+    }
+    return chunks;
+  }
   static constexpr int max_parts = 64;
   static constexpr int min_chunks_per_part = 16;  // 128 KiB of weights: worth a hand-off
 
@@ -258,6 +311,8 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
   std::array<std::vector<Piece>, Replicas> pieces_;
   std::array<std::int64_t, Replicas> slice_floats_{};  // gradient floats of each replica's pieces
   std::array<std::vector<Chunk>, Replicas> chunks_;  // each replica's pieces in chunks, in arena order
+  std::vector<Piece> all_pieces_;  // the whole arena's, where the replicas claim chunks
+  std::vector<Chunk> all_chunks_;
   AlignedBuffer reduced_;  // the reduced gradient, when reduced before updating
   std::array<std::vector<optim::NormShares>, Replicas> tensor_shares_;  // Lamb: per tensor, per replica
 };

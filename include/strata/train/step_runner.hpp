@@ -156,6 +156,7 @@ class StepRunner : public StepProgress<Config> {
   // end of an epoch), so no sample's gradient is dropped. Does nothing when none is pending.
   void flush() {
     if (!this->group_pending()) return;
+    sync_.begin_reduction(true);
     auto task = [&](int r) {
       [[maybe_unused]] auto const bound = passes_[std::size_t(r)].bind();
       update_owned_slice(r);
@@ -225,8 +226,15 @@ class StepRunner : public StepProgress<Config> {
     floats_reduced_[std::size_t(r)].value +=
         update_.run(r, sync_, this->gradient_scale(), this->step_ + 1,
                     [&](double squared_norm) { return this->decide(squared_norm, r); });
-    probe_.record(r, profile::Phase::gradient_wait, begin, ready);
-    probe_.record(r, profile::Phase::update, ready, probe_.now());
+    if constexpr (Probe::enabled && requires { sync_.waited_ns(r); }) {
+      // The update waited for other replicas' layers between its chunks: shown at its start.
+      auto const waited = ready + sync_.waited_ns(r);
+      probe_.record(r, profile::Phase::gradient_wait, begin, waited);
+      probe_.record(r, profile::Phase::update, waited, std::max(waited, probe_.now()));
+    } else {
+      probe_.record(r, profile::Phase::gradient_wait, begin, ready);
+      probe_.record(r, profile::Phase::update, ready, probe_.now());
+    }
     if constexpr (Probe::enabled && requires { sync_.bucket_timings(r); }) record_buckets(r);
   }
 
