@@ -70,12 +70,15 @@ void one_barrier_step(benchmark::State& state) {
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>)->Name("Trainer/OneDevice")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>, 1)->Name("Trainer/OneDevice/intra_op_1")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2")->UseRealTime();
-BENCHMARK_TEMPLATE(one_barrier_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2/one_barrier")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice, strata::MixedPrecision>)
     ->Name("Trainer/OneDevice/MixedPrecision")
     ->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision>)
     ->Name("Trainer/Mirrored2/MixedPrecision")
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(one_barrier_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2/one_barrier")->UseRealTime();
+BENCHMARK_TEMPLATE(one_barrier_step, strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision>)
+    ->Name("Trainer/Mirrored2/MixedPrecision/one_barrier")
     ->UseRealTime();
 
 void hand_written_step(benchmark::State& state) {

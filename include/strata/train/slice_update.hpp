@@ -1,7 +1,9 @@
 #pragma once
 // SliceUpdate: the third part of a step (train/step_runner.hpp). Each replica applies the
 // optimizer to the slice of the weights it owns, reading its slice of the reduced gradient
-// through the GradientSync.
+// through the GradientSync. Where the sync deals out work (ThreadSync: claim, wait_final),
+// the replicas of the fused update below take its chunks instead, from the last layer back,
+// as every replica's backward finishes them: no replica waits for another's whole backward.
 //
 // Without a global quantity the reduction and the update are fused: an element rule reads
 // the replicas' gradients and sums them in its own loop, and each chunk of the slice is
