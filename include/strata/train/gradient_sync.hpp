@@ -353,7 +353,7 @@ concept InProcessStrategy =
 
 // CentralStorage<N> on the CPU: the variables' one copy is in host memory, the N replica
 // threads reduce their gradients into it and its update is applied once, each weight by
-// the thread that owns its slice. That is exactly the step Mirrored<N> runs on the host
+// one thread. That is exactly the step Mirrored<N> runs on the host
 // (one shared copy, no collective), so the two share it. On Cuda, where Mirrored keeps a
 // copy per GPU, CentralStorage keeps the variables on the host (train/central_storage_cuda.hpp).
 template <class Strategy>
