@@ -160,8 +160,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
     }
     if (!whole_gradient_first_) {  // fused: sum, update and refresh what forward reads, a chunk at a time
       for_each_chunk_split(r, [&](int, std::size_t begin, std::size_t count, Piece const& piece) {
-        update_summed(summands, scale, begin, count, info(piece));
-        forward_.refresh(begin, begin + count);
+        update_fused(summands, scale, begin, count, info(piece));
       });
       return reduced_floats;
     }
@@ -221,8 +220,7 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
       run_split(int(last - first), min_chunks_per_part, [&](int from, int count) {
         for (std::size_t i = first + std::size_t(from); i < first + std::size_t(from + count); ++i) {
           Chunk const& c = all_chunks_[i];
-          update_summed(summands, scale, c.begin, c.count, optim::StepInfo{step, 1.0f, all_pieces_[c.piece].decay});
-          forward_.refresh(c.begin, c.begin + c.count);
+          update_fused(summands, scale, c.begin, c.count, optim::StepInfo{step, 1.0f, all_pieces_[c.piece].decay});
         }
       });
       for (std::size_t i = first; i < last; ++i) floats += std::int64_t(all_chunks_[i].count);
@@ -258,6 +256,13 @@ class SliceUpdate<Opt, policy::Cpu, Replicas, T> {
       reduce(summands, scale, begin + at, n, reduced);
       optimizer_.update(weights.subspan(at, n), std::span<float const>(reduced, n), state_, begin + at, info);
     }
+  }
+
+  // One chunk of the fused update: sum, update, and refresh what forward reads while it is in L1.
+  void update_fused(std::span<float const* const> summands, float scale, std::size_t begin, std::size_t count,
+                    optim::StepInfo info) {
+    update_summed(summands, scale, begin, count, info);
+    forward_.refresh(begin, begin + count);
   }
 
   // Calls f(begin, count, piece) for each chunk of replica r's pieces, in order.
