@@ -101,6 +101,27 @@ TEST_CASE("IDX: truncated, damaged and missing files name the path and byte offs
   CHECK_THROWS_WITH_AS(data::read_idx(torn), doctest::Contains("torn.idx.gz: compressed stream ends early"), IoError);
 }
 
+TEST_CASE("read_file: the size a gzip trailer records is only a hint") {
+  TempDir dir;
+  // Two gzip members (what `cat a.gz b.gz` makes): the trailer records the second's size only.
+  std::string const first(100000, 'a'), second = "the end";
+  auto two = dir.write("two.txt.gz", gzip(first) + gzip(second));
+  CHECK(data::read_file(two) == first + second);
+  CHECK(data::detail::read_size_hint(two, std::filesystem::file_size(two)) == second.size());
+  // A plain file's hint is its size; a gzip file's, what it decompresses to.
+  auto plain = dir.write("plain.txt", first);
+  CHECK(data::detail::read_size_hint(plain, first.size()) == first.size());
+  auto one = dir.write("one.txt.gz", gzip(first));
+  CHECK(data::detail::read_size_hint(one, std::filesystem::file_size(one)) == first.size());
+  // A trailer that records more than deflate can give is capped, and zlib's length check
+  // reports it as damage, naming the file.
+  std::string lying = gzip(second);
+  for (std::size_t i = lying.size() - 4; i < lying.size(); ++i) lying[i] = '\xff';
+  auto liar = dir.write("liar.txt.gz", lying);
+  CHECK(data::detail::read_size_hint(liar, lying.size()) == lying.size() * 1032);
+  CHECK_THROWS_WITH_AS(data::read_file(liar), doctest::Contains("liar.txt.gz: "), IoError);
+}
+
 TEST_CASE("load_idx rejects image and label files that disagree") {
   TempDir dir;
   auto images = dir.write("i.idx", idx_bytes({3, 2, 2}, 12));

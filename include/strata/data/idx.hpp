@@ -20,9 +20,16 @@ struct IdxArray {
   std::vector<std::uint8_t> values;  // row-major
 };
 
-// Parses IDX bytes already in memory; `path` is only for messages.
-inline IdxArray parse_idx(std::string const& bytes, std::string const& path) {
-  auto fail = [&](std::size_t offset, auto const&... what) -> IdxArray {
+// An IDX file's dimensions and where its data lie in its bytes, every size checked against
+// them; `path` is only for messages.
+struct IdxLayout {
+  std::vector<std::size_t> dims;
+  std::size_t offset = 0;  // of the first data byte
+  std::size_t count = 0;   // data bytes: the product of the dimensions
+};
+
+inline IdxLayout parse_idx_layout(std::string const& bytes, std::string const& path) {
+  auto fail = [&](std::size_t offset, auto const&... what) -> IdxLayout {
     throw IoError(strata::detail::message(path, ": byte offset ", offset, ": ", what...));
   };
   if (bytes.size() < 4) return fail(bytes.size(), "file ends inside the 4-byte IDX header (", bytes.size(), " bytes)");
@@ -35,22 +42,28 @@ inline IdxArray parse_idx(std::string const& bytes, std::string const& path) {
   std::size_t const header = 4 + 4 * rank;
   if (bytes.size() < header)
     return fail(bytes.size(), "file ends inside the dimension list (", rank, " dimensions need ", header, " bytes)");
-  IdxArray array;
-  std::size_t count = 1;
+  IdxLayout layout{.dims = {}, .offset = header, .count = 1};
   for (std::size_t d = 0; d < rank; ++d) {
     unsigned char const* q = p + 4 + 4 * d;
     std::size_t const n = (std::size_t(q[0]) << 24) | (std::size_t(q[1]) << 16) | (std::size_t(q[2]) << 8) | q[3];
-    array.dims.push_back(n);
-    count *= n;
-    if (count > (std::size_t{1} << 40)) return fail(4 + 4 * d, "dimension sizes multiply to more than 2^40 values");
+    layout.dims.push_back(n);
+    layout.count *= n;
+    if (layout.count > (std::size_t{1} << 40)) return fail(4 + 4 * d, "dimension sizes multiply to more than 2^40 values");
   }
+  std::size_t const count = layout.count;
   if (bytes.size() < header + count)
     return fail(bytes.size(), "file is truncated: the dimensions promise ", count, " data bytes after the ", header,
                 "-byte header, the file ends after ", bytes.size() - header);
   if (bytes.size() > header + count)
     return fail(header + count, bytes.size() - header - count, " unexpected bytes after the data");
-  array.values.assign(p + header, p + header + count);
-  return array;
+  return layout;
+}
+
+// Parses IDX bytes already in memory; `path` is only for messages.
+inline IdxArray parse_idx(std::string const& bytes, std::string const& path) {
+  IdxLayout layout = parse_idx_layout(bytes, path);
+  auto const* data = reinterpret_cast<std::uint8_t const*>(bytes.data()) + layout.offset;
+  return {std::move(layout.dims), std::vector<std::uint8_t>(data, data + layout.count)};
 }
 
 inline IdxArray read_idx(std::filesystem::path const& path) { return parse_idx(read_file(path), path.string()); }
@@ -59,8 +72,11 @@ inline IdxArray read_idx(std::filesystem::path const& path) { return parse_idx(r
 // image, scaled by `scale` (1/255 maps pixels to [0, 1]).
 inline Dataset load_idx(std::filesystem::path const& images_path, std::filesystem::path const& labels_path,
                         float scale = 1.0f / 255.0f) {
-  IdxArray const images = read_idx(images_path);
-  IdxArray const labels = read_idx(labels_path);
+  // The values are converted from the files' bytes as read: no copy of them in between.
+  std::string const image_bytes = read_file(images_path);
+  IdxLayout const images = parse_idx_layout(image_bytes, images_path.string());
+  std::string const label_bytes = read_file(labels_path);
+  IdxLayout const labels = parse_idx_layout(label_bytes, labels_path.string());
   if (images.dims.size() < 2)
     throw IoError(strata::detail::message(images_path.string(), ": byte offset 3: an image file needs at least 2 dimensions, it has ",
                                   images.dims.size()));
@@ -71,12 +87,14 @@ inline Dataset load_idx(std::filesystem::path const& images_path, std::filesyste
   if (labels.dims[0] != n)
     throw DataError(strata::detail::message(images_path.string(), " has ", n, " images but ", labels_path.string(), " has ",
                                     labels.dims[0], " labels"));
-  std::size_t const width = n ? images.values.size() / n : 0;
+  std::size_t const width = n ? images.count / n : 0;
   Matrix features{Eigen::Index(width), Eigen::Index(n)};
-  float* out = features.data();
-  for (std::size_t i = 0; i < images.values.size(); ++i) out[i] = float(images.values[i]) * scale;
+  float* const out = features.data();
+  auto const* const pixels = reinterpret_cast<std::uint8_t const*>(image_bytes.data()) + images.offset;
+  for (std::size_t i = 0; i < images.count; ++i) out[i] = float(pixels[i]) * scale;
   Matrix targets(1, Eigen::Index(n));
-  for (std::size_t i = 0; i < n; ++i) targets(0, Eigen::Index(i)) = float(labels.values[i]);
+  auto const* const label_values = reinterpret_cast<std::uint8_t const*>(label_bytes.data()) + labels.offset;
+  for (std::size_t i = 0; i < n; ++i) targets(0, Eigen::Index(i)) = float(label_values[i]);
   return {std::move(features), std::move(targets)};
 }
 
