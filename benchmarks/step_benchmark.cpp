@@ -8,6 +8,10 @@
 //   Trainer/Mirrored2/one_barrier   the same with the update behind one barrier after backward,
 //                       as before the replicas took the update's chunks layer by layer as every
 //                       replica finished them (train/gradient_sync.hpp, ThreadSync): what that saves
+//   Trainer/Mirrored2/update_skipped   the same step with an optimizer that leaves the weights
+//                       as they are: everything but the update's arithmetic and memory traffic
+//                       (forward, backward, the layer marks, the claims and waits), the ceiling
+//                       the update leaves to the rest of the step against GemmOnly
 //   .../MixedPrecision  the same under MixedPrecision (bf16 products with oneDNN on AVX512_BF16)
 //   GemmOnly/threads/N  only the GEMMs of one replica's step at batch 256/N, on N threads at once:
 //                       the machine's GEMM rate for exactly this step's shapes (GemmOnly/bf16: in bf16,
@@ -67,6 +71,34 @@ void one_barrier_step(benchmark::State& state) {
   report(state, batch_size);
 }
 
+// An optimizer whose element rule changes nothing: the update's chunks are still claimed and
+// waited for, but the compiler leaves out its loads and stores.
+STRATA_ELEMENT_RULE(KeepRule, struct KeepRule {
+  void operator()(float&, float) const {}
+};)
+struct Keep {
+  static constexpr char const* name = "Keep";
+  struct State {
+    template <class F>
+    void for_each_slot(F&&) {}
+  };
+  void validate() const {}
+  [[nodiscard]] State make_state(std::size_t) const { return {}; }
+  [[nodiscard]] KeepRule rule(strata::optim::StepInfo) const { return {}; }
+  void update(std::span<float>, std::span<float const>, State&, std::size_t, strata::optim::StepInfo) const {}
+};
+
+template <class Trainer>
+void update_skipped_step(benchmark::State& state) {
+  Model model(1);
+  Trainer trainer;
+  strata::train::StepRunner<typename Trainer::config, Model, Keep, strata::SoftmaxCrossEntropy> runner(
+      trainer.strategy(), model, Keep{}, {}, batch_size, 0);
+  auto const& batch = real_batch();
+  for (auto _ : state) benchmark::DoNotOptimize(runner.train_on_batch(batch));
+  report(state, batch_size);
+}
+
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>)->Name("Trainer/OneDevice")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::OneDevice>, 1)->Name("Trainer/OneDevice/intra_op_1")->UseRealTime();
 BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2")->UseRealTime();
@@ -77,6 +109,9 @@ BENCHMARK_TEMPLATE(trainer_step, strata::Trainer<strata::Mirrored<2>, strata::Mi
     ->Name("Trainer/Mirrored2/MixedPrecision")
     ->UseRealTime();
 BENCHMARK_TEMPLATE(one_barrier_step, strata::Trainer<strata::Mirrored<2>>)->Name("Trainer/Mirrored2/one_barrier")->UseRealTime();
+BENCHMARK_TEMPLATE(update_skipped_step, strata::Trainer<strata::Mirrored<2>>)
+    ->Name("Trainer/Mirrored2/update_skipped")
+    ->UseRealTime();
 BENCHMARK_TEMPLATE(one_barrier_step, strata::Trainer<strata::Mirrored<2>, strata::MixedPrecision>)
     ->Name("Trainer/Mirrored2/MixedPrecision/one_barrier")
     ->UseRealTime();
