@@ -15,6 +15,12 @@
 //   Update/buffer_128/<arenas>/4         the same, 128 floats at a time (SliceUpdate's
 //                                        fallback: more than two arenas, or no element rule)
 //
+//   Update/gradients_read_first          in_rule_loop_chunks/2/4 with both arenas read by the
+//                                        two threads just before it (untimed): gradients in
+//                                        the caches, weights and momentum cold
+//   Update/gradients_written_first       the same with the arenas written just before, as the
+//                                        step's weight-gradient products leave them (dirty)
+//
 //   Adam/one_at_a_time/<sets>             Adam's update of the same weights on one thread,
 //                                        two arenas, its rule called one weight at a time
 //                                        (the loop GCC does not vectorize: it calls sqrtf)
@@ -120,6 +126,40 @@ BENCHMARK(Update<Form::in_rule_loop_chunks>)
     ->UseRealTime();
 BENCHMARK(Update<Form::buffer_2048>)->Name("Update/buffer_2048")->Args({1, sets})->Args({2, sets})->UseRealTime();
 BENCHMARK(Update<Form::buffer_128>)->Name("Update/buffer_128")->Args({1, sets})->Args({2, sets})->UseRealTime();
+
+// Update/in_rule_loop_chunks/2/4 with both arenas of the set read (or written) by the two
+// threads just before the timed update: where the step's update finds its gradients, which
+// the weight-gradient products wrote (dirty, in the caches) while the weights and momentum
+// are cold.
+template <bool Write>
+void UpdateAfterGradients(benchmark::State& state) {
+  Data& d = data();
+  static comm::ThreadGroup group(2);
+  std::size_t const half = (weights / 2) / 16 * 16;
+  auto part = [&](int r) { return std::pair{r == 0 ? std::size_t{0} : half, r == 0 ? half : weights}; };
+  int next = 0;
+  for (auto _ : state) {
+    Set& set = d.set[std::size_t(next)];
+    state.PauseTiming();
+    auto touch = [&](int r) {
+      auto const [begin, end] = part(r);
+      float sum = 0.0f;
+      for (float* g : {set.g0.data(), set.g1.data()})
+        for (std::size_t i = begin; i < end; ++i) {
+          if constexpr (Write) g[i] = -g[i];  // every line written, the values kept bounded
+          else sum += g[i];
+        }
+      benchmark::DoNotOptimize(sum);
+    };
+    group.run(touch);
+    state.ResumeTiming();
+    auto task = [&](int r) { update<Form::in_rule_loop_chunks>(d, set, 2, part(r).first, part(r).second); };
+    group.run(task);
+    next = (next + 1) % sets;
+  }
+}
+BENCHMARK(UpdateAfterGradients<false>)->Name("Update/gradients_read_first")->UseRealTime();
+BENCHMARK(UpdateAfterGradients<true>)->Name("Update/gradients_written_first")->UseRealTime();
 
 template <bool Blocks>
 void AdamUpdate(benchmark::State& state) {
