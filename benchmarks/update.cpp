@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstddef>
 #include <span>
+#include <utility>
 
 #include "strata.hpp"
 
@@ -69,6 +70,12 @@ struct Data {
 Data& data() {
   static Data d;
   return d;
+}
+
+// Thread r's half of the weights, [begin, end); the second half starts on a cache line.
+std::pair<std::size_t, std::size_t> half_of(int r) {
+  constexpr std::size_t half = (weights / 2) / 16 * 16;
+  return r == 0 ? std::pair{std::size_t{0}, half} : std::pair{half, weights};
 }
 
 enum class Form { in_rule_loop, in_rule_loop_chunks, buffer_2048, buffer_128 };
@@ -107,11 +114,10 @@ void Update(benchmark::State& state) {
   static comm::ThreadGroup group(2);
   int const arenas = int(state.range(0));
   int const cycle = int(state.range(1));  // sets taken in turn
-  std::size_t const half = (weights / 2) / 16 * 16;  // the second half starts on a cache line
   int next = 0;
   for (auto _ : state) {
     Set& set = d.set[std::size_t(next)];
-    auto task = [&](int r) { update<F>(d, set, arenas, r == 0 ? 0 : half, r == 0 ? half : weights); };
+    auto task = [&](int r) { update<F>(d, set, arenas, half_of(r).first, half_of(r).second); };
     group.run(task);
     next = (next + 1) % cycle;
   }
@@ -135,14 +141,12 @@ template <bool Write>
 void UpdateAfterGradients(benchmark::State& state) {
   Data& d = data();
   static comm::ThreadGroup group(2);
-  std::size_t const half = (weights / 2) / 16 * 16;
-  auto part = [&](int r) { return std::pair{r == 0 ? std::size_t{0} : half, r == 0 ? half : weights}; };
   int next = 0;
   for (auto _ : state) {
     Set& set = d.set[std::size_t(next)];
     state.PauseTiming();
     auto touch = [&](int r) {
-      auto const [begin, end] = part(r);
+      auto const [begin, end] = half_of(r);
       float sum = 0.0f;
       for (float* g : {set.g0.data(), set.g1.data()})
         for (std::size_t i = begin; i < end; ++i) {
@@ -153,7 +157,7 @@ void UpdateAfterGradients(benchmark::State& state) {
     };
     group.run(touch);
     state.ResumeTiming();
-    auto task = [&](int r) { update<Form::in_rule_loop_chunks>(d, set, 2, part(r).first, part(r).second); };
+    auto task = [&](int r) { update<Form::in_rule_loop_chunks>(d, set, 2, half_of(r).first, half_of(r).second); };
     group.run(task);
     next = (next + 1) % sets;
   }
