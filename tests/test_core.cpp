@@ -111,6 +111,25 @@ TEST_CASE("a large aligned array costs memory only where it is written") {
 #endif
 }
 
+TEST_CASE("a large array in small pages costs 4 KiB where it is written, wherever that is") {
+#if defined(__linux__)
+  std::size_t const floats = (std::size_t(16) << 20) / sizeof(float);  // 16 MiB
+  if (!detail::mapped(floats * sizeof(float))) {
+    MESSAGE("skipped: arrays come from operator new (AddressSanitizer watches them)");
+    return;
+  }
+  AlignedBuffer array(floats, Pages::small);
+  CHECK(resident_pages(array.data(), floats * sizeof(float)) == 0);
+  // A float at the start of each 2 MiB: in huge pages that would be all 16 MiB.
+  std::size_t const huge = detail::huge_page_bytes / sizeof(float);
+  for (std::size_t at = 0; at < floats; at += huge) array.data()[at] = 1.0f;
+  CHECK(resident_pages(array.data(), floats * sizeof(float)) == floats / huge);
+  CHECK(array.data()[1] == 0.0f);
+#else
+  MESSAGE("skipped: not Linux");
+#endif
+}
+
 TEST_CASE("counter-based randomness depends only on its inputs") {
   CHECK(mix64(1, 2) == mix64(1, 2));
   CHECK(mix64(1, 2) != mix64(2, 1));

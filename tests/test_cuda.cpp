@@ -477,6 +477,40 @@ TEST_CASE("gpu: CentralStorage on Cuda (GPUs compute, the host updates) trains a
   CHECK(gpu_eval.loss == doctest::Approx(cpu_eval.loss).epsilon(1e-4));
 }
 
+namespace {
+// fit validates on the runner's passes and the weights on its GPUs (train/evaluator.hpp,
+// RunnerReplicas): each epoch's figures against a fresh trainer's evaluate on that epoch's
+// weights, which uploads them to passes of its own.
+template <class... Policies>
+void validation_matches_evaluate() {
+  auto const train = synthetic(192, 7), validation = synthetic(96, 8);
+  GpuModel model(28);
+  std::vector<std::vector<float>> weights;
+  struct Keep {
+    GpuModel const* model;
+    std::vector<std::vector<float>>* weights;
+    void on_epoch_end(EpochLogs const&) { weights->emplace_back(model->parameters().begin(), model->parameters().end()); }
+  };
+  History const history = Trainer<Policies...>().fit(model, Adam{}, SoftmaxCrossEntropy{}, train,
+                                                     {.epochs = 2, .batch_size = 64, .validation = validation, .seed = 3},
+                                                     Keep{&model, &weights});
+  REQUIRE(weights.size() == 2);
+  for (std::size_t e = 0; e < 2; ++e) {
+    GpuModel fresh(28);
+    std::copy(weights[e].begin(), weights[e].end(), fresh.parameters().begin());
+    Evaluation const expected = Trainer<Policies...>().evaluate(fresh, SoftmaxCrossEntropy{}, validation, 64);
+    CHECK(history["val_loss"][e] == doctest::Approx(expected.loss).epsilon(1e-6));
+    CHECK(history["val_accuracy"][e] == *expected.accuracy);
+  }
+}
+}  // namespace
+
+TEST_CASE("gpu: fit validates on the runner's passes and GPU weights, as evaluate does on the epoch's weights") {
+  validation_matches_evaluate<Mirrored<2>, Cuda>();
+  validation_matches_evaluate<Mirrored<2>, Cuda, MixedPrecision>();
+  validation_matches_evaluate<CentralStorage<2>, Cuda>();
+}
+
 TEST_CASE("gpu: a batch copied ahead during the previous step trains exactly as one copied on demand") {
   using Config = policy::Config<Mirrored<2>, Cuda>;
   auto const data = synthetic(192, 7);

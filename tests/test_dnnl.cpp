@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "concurrent_gemm.hpp"
 #include "random_matrix.hpp"
 #include "strata.hpp"
@@ -428,6 +432,30 @@ TEST_CASE("bf16: the rounded float copy of a kernel only products read is not wr
     return std::vector<float>(model.parameters().begin(), model.parameters().end());
   };
   CHECK(run(Mlp(5)) == run(KeptMlp(5)));
+}
+
+TEST_CASE("bf16: the float copy of the weights holds in memory only the pages of the tensors it keeps") {
+#if defined(__linux__)
+  // A first kernel of 3.2 MB with its bias after it: in huge pages that bias's write would
+  // bring in the 2 MiB around it; in small pages only the bias's own 4 KiB pages come in.
+  using Mlp = Sequential<Dense<784, 1024>, Relu, Dense<1024, 10>>;
+  Mlp model(5);
+  auto const tensors = Mlp::parameter_tensors();
+  train::ReplicaWeights<Cpu, bf16> weights(model.parameters(), 2, tensors);
+  std::size_t const bytes = model.parameters().size() * sizeof(float);
+  REQUIRE(detail::mapped(bytes));
+  std::vector<unsigned char> in_memory((bytes + 4095) / 4096);
+  REQUIRE(::mincore(const_cast<float*>(weights(0)), in_memory.size() * 4096, in_memory.data()) == 0);
+  std::size_t const resident = std::size_t(std::count_if(in_memory.begin(), in_memory.end(), [](unsigned char c) { return (c & 1) != 0; }));
+  // dense_0/bias (4 KiB, at most 2 pages), dense_1/bias (40 bytes, at most 2 pages).
+  CHECK(resident >= 2);
+  CHECK(resident <= 4);
+  for (auto const& t : tensors)
+    if (!t.read_by_products_only)
+      CHECK(weights(0)[t.offset] == float(bf16(model.parameters()[t.offset])));  // the biases, rounded
+#else
+  MESSAGE("skipped: not Linux");
+#endif
 }
 
 TEST_CASE("bf16: a first layer's kernel kept only packed, alone or inside a residual block, changes no bit of training") {

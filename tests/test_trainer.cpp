@@ -238,6 +238,56 @@ TEST_CASE("a model with LayerNorm and Residual trains the same on Mirrored<3> as
   CHECK(bf16 < 2e-2);  // ... by about bf16's resolution after 21 Adam steps
 }
 
+namespace {
+// The host weights at the end of every epoch (fit brings them to the host before validation
+// and the epoch's callbacks).
+struct WeightsAfterEachEpoch {
+  Model const* model;
+  std::vector<std::vector<float>>* weights;
+  void on_epoch_end(EpochLogs const&) { weights->emplace_back(model->parameters().begin(), model->parameters().end()); }
+};
+
+// (Run by the engine twins too: on oneDNN under MixedPrecision the products read the bf16 copy.)
+// fit validates on the runner's own passes and the weights its forward reads (RunnerReplicas).
+// Oracles: a fresh trainer's evaluate on each epoch's weights (its own passes, its own copy of
+// the weights rounded from the host's), and the same fit without validation.
+template <class T>
+void check_validation_on_runner_passes() {
+  Dataset const train = fashion().take(100), validation = fashion().skip(100).take(60);
+  auto const make = [] { return Model(42, {}, {}, Dropout{0.2f}, {}); };
+  auto const options = [&](bool validate) {
+    FitOptions o{.epochs = 3, .batch_size = 20, .seed = 4};  // 5 batches: GradAccum<2> flushes a partial group
+    if (validate) o.validation = validation;
+    return o;
+  };
+  Model validated = make(), plain = make();
+  std::vector<std::vector<float>> weights;
+  History const with = T().fit(validated, Adam{}, SoftmaxCrossEntropy{}, train, options(true),
+                               WeightsAfterEachEpoch{&validated, &weights});
+  History const without = T().fit(plain, Adam{}, SoftmaxCrossEntropy{}, train, options(false));
+  // Validation between epochs leaves the passes as training needs them: the same losses, bit for bit.
+  CHECK(with["loss"] == without["loss"]);
+  CHECK(std::equal(validated.parameters().begin(), validated.parameters().end(), plain.parameters().begin()));
+  REQUIRE(weights.size() == 3);
+  REQUIRE(with["val_loss"].size() == 3);
+  for (std::size_t e = 0; e < 3; ++e) {
+    Model model = make();
+    std::copy(weights[e].begin(), weights[e].end(), model.parameters().begin());
+    Evaluation const expected = T().evaluate(model, SoftmaxCrossEntropy{}, validation, 20);
+    CHECK(with["val_loss"][e] == expected.loss);
+    CHECK(with["val_accuracy"][e] == *expected.accuracy);
+  }
+  CHECK(with["val_loss"][0] != with["val_loss"][2]);  // each epoch validates its own weights
+}
+}  // namespace
+
+TEST_CASE("fit validates on the runner's passes: evaluate's figures on each epoch's weights, training unchanged") {
+  SUBCASE("fp32, Mirrored<2>") { check_validation_on_runner_passes<Trainer<Mirrored<2>>>(); }
+  SUBCASE("MixedPrecision, GradAccum<2>: the rounded weights the last update left") {
+    check_validation_on_runner_passes<Trainer<Mirrored<2>, MixedPrecision, GradAccum<2>>>();
+  }
+}
+
 // The rest checks fit's bookkeeping, its callbacks and the gradients' crossing between replicas,
 // none of which depends on the engine that multiplies: the engine twins (test_trainer_openblas,
 // test_trainer_dnnl) compile only the cases above.

@@ -13,6 +13,10 @@
 // zeroed on first write: nothing is written at construction, and a page never written costs
 // no memory. (The float copy of the weights that only name a bf16 copy, train/replica_pass.hpp,
 // is never written.) Under AddressSanitizer they come from operator new, so that it watches them.
+//
+// An array written only here and there (that float copy, whose biases and embeddings sit
+// between kernels it never writes) asks for ordinary 4 KiB pages instead (Pages::small): one
+// write then brings in 4 KiB, not 2 MiB, so only what is written costs memory.
 
 #include <algorithm>
 #include <cstddef>
@@ -43,6 +47,10 @@ constexpr std::size_t round_up_to_line(std::size_t n) {
   return (n + cache_line_floats - 1) / cache_line_floats * cache_line_floats;
 }
 
+// The pages a large array asks for: huge (the default: arrays streamed whole) or small (an
+// array only partly written, above).
+enum class Pages { huge, small };
+
 namespace detail {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
@@ -66,8 +74,9 @@ constexpr bool mapped(std::size_t bytes) {
 #endif
 }
 
-// `bytes` of zeros at placement_of(bytes), in huge pages where the array is large enough.
-inline void* allocate_zeroed(std::size_t bytes) {
+// `bytes` of zeros at placement_of(bytes), in huge pages where the array is large enough
+// and `pages` asks for them.
+inline void* allocate_zeroed(std::size_t bytes, Pages pages = Pages::huge) {
   Placement const p = placement_of(bytes);
 #if defined(__linux__)
   if (mapped(bytes)) {
@@ -81,9 +90,10 @@ inline void* allocate_zeroed(std::size_t bytes) {
     if (start > base) ::munmap(memory, start - base);
     if (std::size_t const tail = base + span - (start + p.reserved); tail > 0)
       ::munmap(reinterpret_cast<void*>(start + p.reserved), tail);
-#if defined(MADV_HUGEPAGE)
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
     // A refusal (huge pages disabled) leaves ordinary pages: the same array, only slower.
-    (void)::madvise(reinterpret_cast<void*>(start), p.reserved, MADV_HUGEPAGE);
+    // Small pages are asked for too, in case the kernel gives huge ones unasked (mode "always").
+    (void)::madvise(reinterpret_cast<void*>(start), p.reserved, pages == Pages::huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
     return reinterpret_cast<void*>(start);
   }
@@ -91,7 +101,7 @@ inline void* allocate_zeroed(std::size_t bytes) {
   void* const memory = ::operator new(p.reserved, std::align_val_t{p.alignment});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   // Before the first touch, so the zeroing below faults huge pages in.
-  if (p.alignment == huge_page_bytes) (void)::madvise(memory, p.reserved, MADV_HUGEPAGE);
+  if (p.alignment == huge_page_bytes && pages == Pages::huge) (void)::madvise(memory, p.reserved, MADV_HUGEPAGE);
 #endif
   std::memset(memory, 0, bytes);
   return memory;
@@ -116,8 +126,8 @@ class AlignedArray {
 
  public:
   AlignedArray() = default;
-  explicit AlignedArray(std::size_t size)
-      : data_(size ? static_cast<T*>(detail::allocate_zeroed(size * sizeof(T))) : nullptr, Free{size * sizeof(T)}),
+  explicit AlignedArray(std::size_t size, Pages pages = Pages::huge)
+      : data_(size ? static_cast<T*>(detail::allocate_zeroed(size * sizeof(T), pages)) : nullptr, Free{size * sizeof(T)}),
         size_(size) {}
   AlignedArray(AlignedArray const& other) : AlignedArray(other.size_) { std::copy_n(other.data(), size_, data()); }
   AlignedArray& operator=(AlignedArray const& other) {

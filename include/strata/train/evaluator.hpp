@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "strata/comm/thread_group.hpp"
@@ -81,34 +82,86 @@ void for_each_shard(comm::ThreadGroup& group, data::Dataset const& data, int bat
   }
 }
 
-template <class Config, class Model, class Probe = profile::NoProbe>
-class Evaluator {
+// What an Evaluator's replicas run on: each one's ReplicaPass and the weights its forward
+// pass reads. OwnReplicas holds both (evaluate, predict). A fit's validation borrows the
+// StepRunner's instead (RunnerReplicas): its passes' workspaces, sized for the same batch, sit
+// unused between epochs, and its update keeps the weights its forward reads (rounded, under
+// mixed precision) current, so a validation allocates nothing, and refreshes nothing.
+template <class Config, class Model>
+class OwnReplicas {
  public:
   using device = typename Config::device;
   using compute_type = typename Config::precision::compute_type;
   using Pass = ReplicaPass<Model, device, compute_type>;
+
+  OwnReplicas(Model const& model, int shard)
+      : model_(&model), weights_(model.parameters(), Config::num_replicas, Model::parameter_tensors()) {
+    passes_.reserve(Config::num_replicas);
+    for (int r = 0; r < Config::num_replicas; ++r) passes_.emplace_back(shard, weights_.device_of(r));
+  }
+  // Before each evaluation: the host weights may have changed since the last.
+  void refresh() { weights_.refresh(0, Model::arena_size); }
+  [[nodiscard]] Pass& pass(int r) { return passes_[std::size_t(r)]; }
+  [[nodiscard]] float const* weights(int r) const { return weights_(r); }
+  [[nodiscard]] Bf16CopyBinding bind_copy(int r) const { return bind_products_copy(weights_, r); }
+
+  // The weights it reads (and their rounded copy under mixed precision), and its workspaces.
+  void add_memory(profile::Memory& m) {
+    std::int64_t const bytes = std::int64_t(model_->parameters().size() * sizeof(float));
+    m.arena += std::is_same_v<compute_type, float> ? bytes : 2 * bytes;
+    profile::add_pass_memory(passes_, m);
+  }
+
+ private:
+  Model const* model_;
+  ReplicaWeights<device, compute_type> weights_;
+  std::vector<Pass> passes_;
+};
+
+template <class Runner>
+class RunnerReplicas {
+ public:
+  using Pass = typename Runner::Pass;
+
+  explicit RunnerReplicas(Runner& runner) : runner_(&runner) {}
+  void refresh() {}  // the runner's update refreshed them
+  [[nodiscard]] Pass& pass(int r) { return runner_->replica_pass(r); }
+  [[nodiscard]] float const* weights(int r) const { return runner_->forward_weights(r); }
+  [[nodiscard]] Bf16CopyBinding bind_copy(int r) const { return runner_->bind_weights_copy(r); }
+  void add_memory(profile::Memory&) {}  // the runner's (StepRunner::memory)
+
+ private:
+  Runner* runner_;
+};
+
+template <class Config, class Model, class Probe = profile::NoProbe, class Replicas = OwnReplicas<Config, Model>>
+class Evaluator {
+ public:
+  using Pass = typename Replicas::Pass;
   static constexpr int num_replicas = Config::num_replicas;
 
   // Across processes (MultiWorkerMirrored), each process's replicas take their shards of
   // every batch and the figures are summed over the processes: every sample is counted
   // once, and every process gets the same result.
   Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size)
+    requires std::is_same_v<Replicas, OwnReplicas<Config, Model>>
+      : Evaluator(strategy, model, global_batch_size,
+                  Replicas(model, shard_size(strategy, global_batch_size))) {}
+  // On `replicas` whose passes take shards of global_batch_size (a StepRunner's of that batch).
+  Evaluator(strategy::BasicStrategy<Config>& strategy, Model const& model, int global_batch_size, Replicas replicas)
       : group_(&strategy.group()), processes_(&strategy.processes()), model_(&model), batch_size_(global_batch_size),
         world_(processes_->processes() * num_replicas), first_(processes_->process() * num_replicas),
-        weights_(model.parameters(), num_replicas, Model::parameter_tensors()) {
-    strategy::check_global_batch(global_batch_size, world_);
-    int const shard = strategy::max_shard_size(global_batch_size, world_);
-    passes_.reserve(num_replicas);
-    for (int r = 0; r < num_replicas; ++r) passes_.emplace_back(shard, weights_.device_of(r));
+        replicas_(std::move(replicas)) {
+    (void)shard_size(strategy, global_batch_size);
   }
 
   // Mean loss (and accuracy for classification losses) over every sample of `data`.
   template <nn::Loss LossFn>
   Evaluation evaluate(LossFn const& loss, data::Dataset const& data) {
     std::array<Tally, num_replicas> tallies{};
-    weights_.refresh(0, Model::arena_size);
+    replicas_.refresh();
     for_each_batch(data, [&](Pass& pass, int r, strategy::Shard const& shard, bool staged, strategy::Shard const* next) {
-      tallies[std::size_t(r)] += pass.evaluate(*model_, weights_(r), loss, shard, staged, next);
+      tallies[std::size_t(r)] += pass.evaluate(*model_, replicas_.weights(r), loss, shard, staged, next);
     });
     Tally mine;
     for (auto const& t : tallies) mine += t;
@@ -121,12 +174,12 @@ class Evaluator {
   Matrix predict(data::Dataset const& data) {
     Matrix out = Matrix::Zero(Model::output_width, Eigen::Index(data.size()));
     std::int64_t batch_start = 0;
-    weights_.refresh(0, Model::arena_size);
+    replicas_.refresh();
     for_each_batch(
         data,
         [&](Pass& pass, int r, strategy::Shard const& shard, bool staged, strategy::Shard const* next) {
           float* const columns = out.data() + (batch_start + shard.first_sample) * Model::output_width;
-          pass.predict(*model_, weights_(r), shard, staged, next, columns);
+          pass.predict(*model_, replicas_.weights(r), shard, staged, next, columns);
         },
         &batch_start);
     if (processes_->processes() > 1) processes_->sum(std::span<float>(out.data(), std::size_t(out.size())));
@@ -135,17 +188,21 @@ class Evaluator {
 
   [[nodiscard]] Probe& probe() { return probe_; }
 
-  // What it holds: the weights it reads (and their rounded copies under mixed precision), and
-  // its replicas' workspaces.
+  // What it holds (OwnReplicas: the weights it reads, and its replicas' workspaces).
   [[nodiscard]] profile::Memory memory() {
     profile::Memory m;
-    m.arena = std::int64_t(model_->parameters().size() * sizeof(float));
-    if constexpr (!std::is_same_v<compute_type, float>) m.arena += std::int64_t(model_->parameters().size() * sizeof(float));
-    profile::add_pass_memory(passes_, m);
+    replicas_.add_memory(m);
     return m;
   }
 
  private:
+  // Each replica's shard of a global batch; checks that the batch splits over the job's replicas.
+  static int shard_size(strategy::BasicStrategy<Config>& strategy, int global_batch_size) {
+    int const world = strategy.processes().processes() * num_replicas;
+    strategy::check_global_batch(global_batch_size, world);
+    return strategy::max_shard_size(global_batch_size, world);
+  }
+
   // Calls fn(pass, replica, shard, staged, next) on every replica for every batch of `data`,
   // in order: `staged` says the replica's pass copied this shard ahead during the previous
   // batch, `next` is its shard of the following batch (nullptr after the last).
@@ -157,9 +214,9 @@ class Evaluator {
         *group_, data, batch_size_, world_, first_, probe_,
         [&](strategy::Shard const& shard, strategy::Shard const* next, int r) {
           auto const begin = probe_.now();
-          Pass& pass = passes_[std::size_t(r)];
+          Pass& pass = replicas_.pass(r);
           [[maybe_unused]] auto const bound = pass.bind();
-          [[maybe_unused]] auto const copy = bind_products_copy(weights_, r);
+          [[maybe_unused]] auto const copy = replicas_.bind_copy(r);
           fn(pass, r, shard, staged[std::size_t(r)], next);
           staged[std::size_t(r)] = Pass::copies_ahead && next != nullptr;
           probe_.record(r, profile::Phase::forward, begin, probe_.now());
@@ -172,8 +229,7 @@ class Evaluator {
   Model const* model_;
   int batch_size_;
   int world_, first_;  // shards of each batch in the job; this process's first
-  ReplicaWeights<device, compute_type> weights_;  // what the forward passes read
-  std::vector<Pass> passes_;
+  Replicas replicas_;  // the passes and the weights they read
   [[no_unique_address]] Probe probe_{};
 };
 

@@ -118,7 +118,8 @@ class ReplicaPass<Model, policy::Cpu, T> {
 // that their products read it instead of rounding the weights in every product
 // (core/product_precision.hpp). Then the rounded float copy of a tensor that only products
 // read (nn::ParameterTensor::read_by_products_only: Dense kernels) is never written: its
-// addresses only name the bf16 copy, which saves a third of the refresh's stores. Where
+// addresses only name the bf16 copy, which saves a third of the refresh's stores, and (the
+// copy then being in small pages, core/aligned_buffer.hpp) its memory. Where
 // strata's bf16 kernel multiplies (bf16_kernel_products(), core/dnnl.hpp), such a tensor that
 // is a matrix also gets a copy in the kernel's packed layout, refreshed in the same pass, so
 // that no product packs the weights; where no product reads it transposed either
@@ -138,7 +139,6 @@ class ReplicaWeights<policy::Cpu, T> {
   // float of the rounded copy is kept.
   ReplicaWeights(std::span<float const> host, int /*replicas*/, std::span<nn::ParameterTensor const> tensors = {})
       : host_(host) {
-    if constexpr (rounded) copy_ = AlignedBuffer(host.size());
     if (std::is_same_v<T, bf16> && bf16_products_available()) {
       halves_ = AlignedArray<bf16>(host.size());
       std::size_t packed_size = 0;
@@ -159,9 +159,12 @@ class ReplicaWeights<policy::Cpu, T> {
       }
       std::sort(products_only_.begin(), products_only_.end());
       packed_ = AlignedArray<bf16>(packed_size);  // zero: the padding of the panels stays so
-      for (Range const& r : products_only_)
-        if (r.rows > 0) packed_matrices_.push_back({copy_.data() + r.begin, r.rows, r.cols, packed_.data() + r.packed});
     }
+    // With products-only tensors the float copy is written only between them (biases,
+    // embeddings): in small pages, the rest of it never costs memory.
+    if constexpr (rounded) copy_ = AlignedBuffer(host.size(), products_only_.empty() ? Pages::huge : Pages::small);
+    for (Range const& r : products_only_)
+      if (r.rows > 0) packed_matrices_.push_back({copy_.data() + r.begin, r.rows, r.cols, packed_.data() + r.packed});
     refresh(0, host.size());
   }
 

@@ -194,6 +194,11 @@ class StepRunner : public StepProgress<Config> {
   [[nodiscard]] typename Opt::State const& optimizer_state() const { return update_.state(); }
   [[nodiscard]] Sync& gradient_sync() { return sync_; }
   [[nodiscard]] Pass& replica_pass(int r) { return passes_[std::size_t(r)]; }
+  // The weights replica r's forward pass reads, as the last update left them, and (bound on
+  // the calling thread) their bf16 copy for the products, where there is one. A fit's
+  // validation reads them between epochs (train/evaluator.hpp, RunnerReplicas).
+  [[nodiscard]] float const* forward_weights(int r) const { return update_.forward_weights(r); }
+  [[nodiscard]] Bf16CopyBinding bind_weights_copy(int r) const { return bind_products_copy(update_, r); }
   [[nodiscard]] Probe& probe() { return probe_; }
 
   // What this process holds for the run (profile/memory.hpp); the process figures are left

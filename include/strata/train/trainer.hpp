@@ -151,7 +151,7 @@ class BasicTrainer {
   template <class Model, class Opt, class LossFn, class Probe = profile::NoProbe>
   using RunnerFor = StepRunner<Config, Model, Opt, LossFn, gradient_sync_t<Config>, Probe>;
   template <class Model>
-  using ValidatorFor = Evaluator<Config, Model>;
+  using EvaluatorFor = Evaluator<Config, Model>;
 
  public:
   using config = Config;
@@ -225,8 +225,10 @@ class BasicTrainer {
     RunnerFor<Model, Opt, LossFn, Probe> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
                                                 {options.clip_global_norm});
     Probe& probe = runner.probe();
-    std::optional<ValidatorFor<Model>> validator;
-    if (options.validation) validator.emplace(strategy_, model, options.batch_size);
+    // Validation runs on the runner's own passes and weights (RunnerReplicas): no memory of its own.
+    using Runner = RunnerFor<Model, Opt, LossFn, Probe>;
+    std::optional<Evaluator<Config, Model, profile::NoProbe, RunnerReplicas<Runner>>> validator;
+    if (options.validation) validator.emplace(strategy_, model, options.batch_size, RunnerReplicas<Runner>(runner));
 
     // What checkpoint callbacks save, and what BackupAndRestore loads into before training starts.
     io::TrainingState state = io::training_state(model, runner.optimizer(), runner.optimizer_state());
@@ -323,12 +325,12 @@ class BasicTrainer {
   // whose probe times every batch; its spans then go to the callbacks (collective).
   template <class Model, class Work, class... Cs>
   auto infer(char const* activity, Model const& model, int batch_size, data::Dataset const& data, Work&& work,
-             Cs&... callbacks) -> decltype(work(std::declval<ValidatorFor<Model>&>())) {
+             Cs&... callbacks) -> decltype(work(std::declval<EvaluatorFor<Model>&>())) {
     static_assert((profile::RunProfilingCallback<std::remove_cvref_t<Cs>> && ...),
                   "evaluate and predict take profiling callbacks only (those with on_profile: strata::Profiler, "
                   "strata::TraceWriter); pass the others to fit");
     if constexpr (sizeof...(Cs) == 0) {
-      ValidatorFor<Model> evaluator(strategy_, model, batch_size);
+      EvaluatorFor<Model> evaluator(strategy_, model, batch_size);
       return work(evaluator);
     } else {
       Evaluator<Config, Model, profile::Probe<num_replicas>> evaluator(strategy_, model, batch_size);
