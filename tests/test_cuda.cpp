@@ -18,6 +18,7 @@
 #include "strata/cuda.hpp"
 #include "temp_dir.hpp"
 #include "user_optimizer.hpp"
+#include "weights_after_each_epoch.hpp"
 
 using namespace strata;
 
@@ -486,14 +487,9 @@ void validation_matches_evaluate() {
   auto const train = synthetic(192, 7), validation = synthetic(96, 8);
   GpuModel model(28);
   std::vector<std::vector<float>> weights;
-  struct Keep {
-    GpuModel const* model;
-    std::vector<std::vector<float>>* weights;
-    void on_epoch_end(EpochLogs const&) { weights->emplace_back(model->parameters().begin(), model->parameters().end()); }
-  };
   History const history = Trainer<Policies...>().fit(model, Adam{}, SoftmaxCrossEntropy{}, train,
                                                      {.epochs = 2, .batch_size = 64, .validation = validation, .seed = 3},
-                                                     Keep{&model, &weights});
+                                                     WeightsAfterEachEpoch<GpuModel>{&model, &weights});
   REQUIRE(weights.size() == 2);
   for (std::size_t e = 0; e < 2; ++e) {
     GpuModel fresh(28);

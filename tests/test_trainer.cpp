@@ -8,6 +8,7 @@
 #include "rounded_sum_sync.hpp"
 #include "strata.hpp"
 #include "temp_dir.hpp"
+#include "weights_after_each_epoch.hpp"
 
 using namespace strata;
 
@@ -239,14 +240,6 @@ TEST_CASE("a model with LayerNorm and Residual trains the same on Mirrored<3> as
 }
 
 namespace {
-// The host weights at the end of every epoch (fit brings them to the host before validation
-// and the epoch's callbacks).
-struct WeightsAfterEachEpoch {
-  Model const* model;
-  std::vector<std::vector<float>>* weights;
-  void on_epoch_end(EpochLogs const&) { weights->emplace_back(model->parameters().begin(), model->parameters().end()); }
-};
-
 // (Run by the engine twins too: on oneDNN under MixedPrecision the products read the bf16 copy.)
 // fit validates on the runner's own passes and the weights its forward reads (RunnerReplicas).
 // Oracles: a fresh trainer's evaluate on each epoch's weights (its own passes, its own copy of
@@ -263,7 +256,7 @@ void check_validation_on_runner_passes() {
   Model validated = make(), plain = make();
   std::vector<std::vector<float>> weights;
   History const with = T().fit(validated, Adam{}, SoftmaxCrossEntropy{}, train, options(true),
-                               WeightsAfterEachEpoch{&validated, &weights});
+                               WeightsAfterEachEpoch<Model>{&validated, &weights});
   History const without = T().fit(plain, Adam{}, SoftmaxCrossEntropy{}, train, options(false));
   // Validation between epochs leaves the passes as training needs them: the same losses, bit for bit.
   CHECK(with["loss"] == without["loss"]);

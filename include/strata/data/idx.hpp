@@ -26,6 +26,11 @@ struct IdxLayout {
   std::vector<std::size_t> dims;
   std::size_t offset = 0;  // of the first data byte
   std::size_t count = 0;   // data bytes: the product of the dimensions
+
+  // The first data byte of `bytes`, the file these were parsed from.
+  [[nodiscard]] std::uint8_t const* values_in(std::string const& bytes) const {
+    return reinterpret_cast<std::uint8_t const*>(bytes.data()) + offset;
+  }
 };
 
 inline IdxLayout parse_idx_layout(std::string const& bytes, std::string const& path) {
@@ -62,7 +67,7 @@ inline IdxLayout parse_idx_layout(std::string const& bytes, std::string const& p
 // Parses IDX bytes already in memory; `path` is only for messages.
 inline IdxArray parse_idx(std::string const& bytes, std::string const& path) {
   IdxLayout layout = parse_idx_layout(bytes, path);
-  auto const* data = reinterpret_cast<std::uint8_t const*>(bytes.data()) + layout.offset;
+  std::uint8_t const* const data = layout.values_in(bytes);
   return {std::move(layout.dims), std::vector<std::uint8_t>(data, data + layout.count)};
 }
 
@@ -90,10 +95,10 @@ inline Dataset load_idx(std::filesystem::path const& images_path, std::filesyste
   std::size_t const width = n ? images.count / n : 0;
   Matrix features{Eigen::Index(width), Eigen::Index(n)};
   float* const out = features.data();
-  auto const* const pixels = reinterpret_cast<std::uint8_t const*>(image_bytes.data()) + images.offset;
+  std::uint8_t const* const pixels = images.values_in(image_bytes);
   for (std::size_t i = 0; i < images.count; ++i) out[i] = float(pixels[i]) * scale;
   Matrix targets(1, Eigen::Index(n));
-  auto const* const label_values = reinterpret_cast<std::uint8_t const*>(label_bytes.data()) + labels.offset;
+  std::uint8_t const* const label_values = labels.values_in(label_bytes);
   for (std::size_t i = 0; i < n; ++i) targets(0, Eigen::Index(i)) = float(label_values[i]);
   return {std::move(features), std::move(targets)};
 }

@@ -95,7 +95,7 @@ class OwnReplicas {
   using Pass = ReplicaPass<Model, device, compute_type>;
 
   OwnReplicas(Model const& model, int shard)
-      : model_(&model), weights_(model.parameters(), Config::num_replicas, Model::parameter_tensors()) {
+      : weights_(model.parameters(), Config::num_replicas, Model::parameter_tensors()) {
     passes_.reserve(Config::num_replicas);
     for (int r = 0; r < Config::num_replicas; ++r) passes_.emplace_back(shard, weights_.device_of(r));
   }
@@ -105,15 +105,14 @@ class OwnReplicas {
   [[nodiscard]] float const* weights(int r) const { return weights_(r); }
   [[nodiscard]] Bf16CopyBinding bind_copy(int r) const { return bind_products_copy(weights_, r); }
 
-  // The weights it reads (and their rounded copy under mixed precision), and its workspaces.
-  void add_memory(profile::Memory& m) {
-    std::int64_t const bytes = std::int64_t(model_->parameters().size() * sizeof(float));
+  // The weights of `model` it reads (and their rounded copy under mixed precision), and its workspaces.
+  void add_memory(Model const& model, profile::Memory& m) {
+    std::int64_t const bytes = std::int64_t(model.parameters().size() * sizeof(float));
     m.arena += std::is_same_v<compute_type, float> ? bytes : 2 * bytes;
     profile::add_pass_memory(passes_, m);
   }
 
  private:
-  Model const* model_;
   ReplicaWeights<device, compute_type> weights_;
   std::vector<Pass> passes_;
 };
@@ -128,7 +127,8 @@ class RunnerReplicas {
   [[nodiscard]] Pass& pass(int r) { return runner_->replica_pass(r); }
   [[nodiscard]] float const* weights(int r) const { return runner_->forward_weights(r); }
   [[nodiscard]] Bf16CopyBinding bind_copy(int r) const { return runner_->bind_weights_copy(r); }
-  void add_memory(profile::Memory&) {}  // the runner's (StepRunner::memory)
+  template <class Model>
+  void add_memory(Model const&, profile::Memory&) {}  // the runner's (StepRunner::memory)
 
  private:
   Runner* runner_;
@@ -191,7 +191,7 @@ class Evaluator {
   // What it holds (OwnReplicas: the weights it reads, and its replicas' workspaces).
   [[nodiscard]] profile::Memory memory() {
     profile::Memory m;
-    replicas_.add_memory(m);
+    replicas_.add_memory(*model_, m);
     return m;
   }
 

@@ -222,11 +222,10 @@ class BasicTrainer {
     constexpr bool profiled = (profile::ProfilingCallback<std::remove_cvref_t<Cs>> || ...);
     constexpr bool keeps_spans = (profile::RunProfilingCallback<std::remove_cvref_t<Cs>> || ...);
     using Probe = std::conditional_t<profiled, profile::Probe<num_replicas>, profile::NoProbe>;
-    RunnerFor<Model, Opt, LossFn, Probe> runner(strategy_, model, optimizer, loss, options.batch_size, options.seed,
-                                                {options.clip_global_norm});
+    using Runner = RunnerFor<Model, Opt, LossFn, Probe>;
+    Runner runner(strategy_, model, optimizer, loss, options.batch_size, options.seed, {options.clip_global_norm});
     Probe& probe = runner.probe();
     // Validation runs on the runner's own passes and weights (RunnerReplicas): no memory of its own.
-    using Runner = RunnerFor<Model, Opt, LossFn, Probe>;
     std::optional<Evaluator<Config, Model, profile::NoProbe, RunnerReplicas<Runner>>> validator;
     if (options.validation) validator.emplace(strategy_, model, options.batch_size, RunnerReplicas<Runner>(runner));
 
